@@ -1,0 +1,66 @@
+"""Exceptions: control-flow signals a handler raises, and errors Conveyor raises."""
+
+from __future__ import annotations
+
+
+class ConveyorError(Exception):
+    """Base class of every error Conveyor raises on its own account."""
+
+
+class DatabaseUnavailableError(ConveyorError):
+    """The database could not be reached (bad URL, server down, file not writable)."""
+
+
+class SchemaError(ConveyorError):
+    """The schema is missing or older than this version of Conveyor expects."""
+
+
+class JobNotFoundError(ConveyorError, LookupError):
+    """No job has the given id."""
+
+
+class InvalidStateError(ConveyorError):
+    """The requested change does not apply to the job's current state."""
+
+
+class PayloadTooLargeError(ConveyorError, ValueError):
+    """A job's JSON payload is over the configured size cap."""
+
+
+class _JobSignal(Exception):  # noqa: N818 - these are signals, not errors
+    """Raised by a handler to choose its job's outcome instead of failing."""
+
+
+class Snooze(_JobSignal):
+    """Put the job back for ``seconds`` without using an attempt.
+
+    Example: ``raise Snooze(30)``
+    """
+
+    def __init__(self, seconds: float) -> None:
+        if not isinstance(seconds, int | float) or seconds < 0:
+            raise TypeError("Snooze(seconds) needs a number of seconds >= 0")
+        super().__init__(f"snoozed for {seconds}s")
+        self.seconds = float(seconds)
+
+
+class Cancel(_JobSignal):
+    """End the job as ``cancelled``; it will not be retried.
+
+    Example: ``raise Cancel("order was refunded")``
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Discard(_JobSignal):
+    """End the job as ``discarded`` at once, whatever attempts remain.
+
+    Example: ``raise Discard("recipient does not exist")``
+    """
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason

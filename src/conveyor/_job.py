@@ -1,0 +1,73 @@
+"""The job model: states, the Job record, and what a handler's outcome becomes."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class JobState(StrEnum):
+    """Every state a job row can be in; mirrored by a CHECK constraint in both schemas.
+
+    Example: ``app.list_jobs(state=JobState.DISCARDED)``
+    """
+
+    SCHEDULED = "scheduled"
+    AVAILABLE = "available"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    RETRYABLE = "retryable"
+    CANCELLED = "cancelled"
+    DISCARDED = "discarded"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.DISCARDED})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Job:
+    """A snapshot of one job row, as returned by enqueue, get_job and list_jobs.
+
+    Example: ``job = app.get_job(42); print(job.state, job.attempt)``
+    """
+
+    id: int
+    task: str
+    queue: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    priority: int
+    state: JobState
+    attempt: int
+    max_attempts: int
+    scheduled_at: datetime
+    created_at: datetime
+    attempted_at: datetime | None = None
+    finished_at: datetime | None = None
+    errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    result: Any = None
+    tags: list[str] = dataclasses.field(default_factory=list)
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    lease_owner: str | None = None
+    lease_token: int | None = None
+    lease_expires_at: datetime | None = None
+    cancel_requested: bool = False
+    duplicate: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-friendly dict (datetimes as ISO strings), used by the CLI's --json."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, JobState):
+                value = value.value
+            out[f.name] = value
+        return out

@@ -1,0 +1,124 @@
+"""Validation and JSON encoding of everything a job carries. JSON only, never pickle."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ._errors import PayloadTooLargeError
+
+TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+TAG = re.compile(r"^[^\x00-\x1f]{1,100}$")
+MAX_ATTEMPTS_LIMIT = 10_000
+
+
+def dumps(value: Any) -> str:
+    """Compact, strict JSON: NaN and Infinity are refused, as JSON itself does."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
+def check_task_name(name: object) -> str:
+    if not isinstance(name, str) or not TASK_NAME.match(name):
+        raise ValueError(
+            f"invalid task name {name!r}: use letters, digits, '_', '.', ':' or '-', "
+            "starting with a letter or '_', at most 200 characters"
+        )
+    return name
+
+
+def check_queue_name(name: object) -> str:
+    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+        raise ValueError(
+            f"invalid queue name {name!r}: use letters, digits, '_', '.' or '-', "
+            "at most 100 characters"
+        )
+    return name
+
+
+def check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -32768 <= priority <= 32767:
+        raise ValueError(f"priority must be an int between -32768 and 32767, got {priority!r}")
+    return priority
+
+
+def check_max_attempts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise ValueError(f"max_attempts must be an int from 1 to {MAX_ATTEMPTS_LIMIT}, got {value!r}")
+    return value
+
+
+def check_delay(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"delay must be a number of seconds, got {value!r}")
+    return max(float(value), 0.0)
+
+
+def check_tags(tags: object) -> list[str]:
+    if isinstance(tags, str) or not isinstance(tags, Sequence):
+        raise TypeError(f"tags must be a list of strings, got {tags!r}")
+    for tag in tags:
+        if not isinstance(tag, str) or not TAG.match(tag):
+            raise ValueError(f"invalid tag {tag!r}: 1 to 100 printable characters")
+    return list(tags)
+
+
+def _encode_one(task: str, label: str, value: Any) -> str:
+    try:
+        return dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"argument {label} of task {task!r} is not JSON-serialisable: {exc}"
+        ) from None
+
+
+def encode_arguments(
+    task: str, args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int
+) -> tuple[str, str]:
+    """Encode args and kwargs, naming the first argument that JSON cannot carry."""
+    try:
+        args_json, kwargs_json = dumps(list(args)), dumps(dict(kwargs))
+    except (TypeError, ValueError):
+        for index, value in enumerate(args):
+            _encode_one(task, f"#{index}", value)
+        for key, value in kwargs.items():
+            _encode_one(task, repr(key), value)
+        raise TypeError(f"the arguments of task {task!r} are not JSON-serialisable") from None
+    size = len(args_json.encode()) + len(kwargs_json.encode())
+    if size > max_bytes:
+        raise PayloadTooLargeError(
+            f"arguments of task {task!r} are {size} bytes of JSON, over the cap of "
+            f"{max_bytes} bytes (ConveyorConfig.max_payload_bytes)"
+        )
+    return args_json, kwargs_json
+
+
+def encode_meta(task: str, meta: Mapping[str, Any], max_bytes: int) -> str:
+    if not isinstance(meta, Mapping):
+        raise TypeError(f"meta must be a dict, got {type(meta).__name__}")
+    text = _encode_one(task, "meta", dict(meta))
+    if len(text.encode()) > max_bytes:
+        raise PayloadTooLargeError(f"meta of task {task!r} is over {max_bytes} bytes")
+    return text
+
+
+def encode_result(value: Any, max_bytes: int) -> str:
+    """A result that JSON cannot carry, or that is too big, is replaced by a note."""
+    try:
+        text = dumps(value)
+    except (TypeError, ValueError) as exc:
+        return dumps({"unserialisable_result": repr(value)[:500], "error": str(exc)})
+    if len(text.encode()) > max_bytes:
+        return dumps({"truncated_result": True, "size": len(text.encode()), "cap": max_bytes})
+    return text
+
+
+def truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit // 2] + f"\n... [{len(text) - limit} characters cut] ...\n" + text[-limit // 2 :]

@@ -1,0 +1,182 @@
+"""Running one claimed job and turning what happened into a fenced outcome (JobAck)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import dataclasses
+import functools
+import logging
+import random
+import traceback
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from .. import _payload
+from .._context import JobContext, reset_current, set_current
+from .._errors import Cancel, Discard, Snooze
+from .._job import Job, JobState
+from .._storage._protocol import JobAck
+
+if TYPE_CHECKING:
+    from .._app import Conveyor
+    from .._task import Task
+
+log = logging.getLogger("conveyor.job")
+
+StopReason = Literal["cancel", "shutdown", "lost"]
+
+
+def default_backoff(attempt: int) -> float:
+    """Exponential with a floor: about 16 s, 31 s, 96 s, 4.5 min ... capped at one day."""
+    return float(min(15 + attempt**4, 86_400))
+
+
+@dataclasses.dataclass(slots=True)
+class Execution:
+    """One attempt in flight; the worker may stop it for a cancel, shutdown or lost lease."""
+
+    job: Job
+    ctx: JobContext
+    task: asyncio.Task[JobAck | None] | None = None
+    stop_reason: StopReason | None = None
+    handler_is_async: bool = True
+
+    def stop(self, reason: StopReason) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self.ctx._cancel.set()
+        # Sync handlers cannot be interrupted: they see ctx.cancelled and we wait for them.
+        if self.task is not None and self.handler_is_async:
+            self.task.cancel()
+
+    def log_extra(self) -> dict[str, Any]:
+        j = self.job
+        return {"job_id": j.id, "task": j.task, "queue": j.queue, "attempt": j.attempt}
+
+
+class Executor:
+    """Runs handlers: async ones on the loop, sync ones in a bounded thread pool."""
+
+    def __init__(self, app: Conveyor, threads: int) -> None:
+        self._app = app
+        self._pool = concurrent.futures.ThreadPoolExecutor(threads, "conveyor-job")
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _ack(self, ex: Execution, state: JobState, **fields: Any) -> JobAck:
+        assert ex.job.lease_token is not None
+        return JobAck(id=ex.job.id, lease_token=ex.job.lease_token, state=state, **fields)
+
+    def _error(self, ex: Execution, message: str, tb: str | None = None) -> str:
+        cfg = self._app.config
+        entry: dict[str, Any] = {
+            "attempt": ex.job.attempt,
+            "at": datetime.now(UTC).isoformat(),
+            "error": _payload.truncate(message, cfg.max_error_chars),
+        }
+        if tb:
+            entry["traceback"] = _payload.truncate(tb, cfg.max_traceback_chars)
+        return _payload.dumps(entry)
+
+    def _failure(self, ex: Execution, task: Task[Any, Any], message: str, tb: str) -> JobAck:
+        job = ex.job
+        error = self._error(ex, message, tb)
+        if job.attempt >= job.max_attempts:
+            log.warning("job discarded after %d attempts: %s", job.attempt, message,
+                        extra=ex.log_extra())
+            return self._ack(ex, JobState.DISCARDED, error_json=error)
+        backoff = task.defaults.backoff
+        if backoff is None:
+            delay = default_backoff(job.attempt) * random.uniform(0.9, 1.1)  # noqa: S311
+        elif callable(backoff):
+            delay = float(backoff(job.attempt))
+        else:
+            delay = float(backoff)
+        log.info("job failed, retry in %.2fs: %s", delay, message, extra=ex.log_extra())
+        state = JobState.RETRYABLE if delay > 0 else JobState.AVAILABLE
+        return self._ack(ex, state, delay=max(delay, 0.0), error_json=error)
+
+    async def _call(self, ex: Execution, task: Task[Any, Any]) -> Any:
+        job, timeout = ex.job, task.defaults.timeout
+        if task.is_async:
+            async with asyncio.timeout(timeout):
+                return await task.fn(*job.args, **job.kwargs)
+        ex.handler_is_async = False
+        loop = asyncio.get_running_loop()
+        call = functools.partial(task.fn, *job.args, **job.kwargs)
+        future = loop.run_in_executor(self._pool, contextvars.copy_context().run, call)
+        try:
+            # shield: a timeout gives up on the thread's result; the thread runs on and
+            # sees ctx.cancelled, since Python cannot interrupt a thread.
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            ex.ctx._cancel.set()
+            raise
+
+    async def execute(self, ex: Execution) -> JobAck | None:
+        """Run the job; return its outcome, or None when the lease was lost (no write)."""
+        job = ex.job
+        task = self._app.tasks.get(job.task)
+        if task is None:
+            msg = f"unknown task {job.task!r}: no task of that name is registered in this worker"
+            log.error(msg, extra=ex.log_extra())
+            return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, msg))
+        if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
+            msg = "job args must be a JSON array and kwargs a JSON object"
+            return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, msg))
+        try:
+            task.signature.bind(*job.args, **job.kwargs)
+        except TypeError as exc:
+            msg = f"arguments no longer fit task {task.name!r}{task.signature}: {exc}"
+            log.error(msg, extra=ex.log_extra())
+            return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, msg))
+        token = set_current(ex.ctx)
+        try:
+            return await self._outcome(ex, task)
+        finally:
+            reset_current(token)
+
+    async def _outcome(self, ex: Execution, task: Task[Any, Any]) -> JobAck | None:
+        cfg = self._app.config
+        try:
+            result = await self._call(ex, task)
+        except Snooze as s:
+            state = JobState.SCHEDULED if s.seconds > 0 else JobState.AVAILABLE
+            return self._ack(ex, state, delay=s.seconds, attempt_delta=-1)
+        except Cancel as c:
+            return self._ack(ex, JobState.CANCELLED, error_json=self._error(ex, f"cancelled: {c.reason}"))
+        except Discard as d:
+            return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, f"discarded: {d.reason}"))
+        except asyncio.CancelledError:
+            if ex.stop_reason is None:
+                raise
+            return self._stopped(ex)
+        except TimeoutError:
+            if ex.stop_reason is not None:
+                return self._stopped(ex)
+            msg = f"TimeoutError: task ran past its timeout of {task.defaults.timeout}s"
+            return self._failure(ex, task, msg, "")
+        except Exception as exc:
+            tb = "".join(traceback.format_exception(exc))
+            return self._failure(ex, task, f"{type(exc).__name__}: {exc}", tb)
+        if ex.stop_reason is not None:
+            # A sync handler returned after being asked to stop.
+            return self._stopped(ex, _payload.encode_result(result, cfg.max_result_bytes))
+        return self._ack(
+            ex, JobState.COMPLETED, result_json=_payload.encode_result(result, cfg.max_result_bytes)
+        )
+
+    def _stopped(self, ex: Execution, result_json: str | None = None) -> JobAck | None:
+        if ex.stop_reason == "lost":
+            log.warning("lease lost; dropping this attempt's outcome", extra=ex.log_extra())
+            return None
+        if ex.stop_reason == "shutdown":
+            # Back to the queue at once, and the attempt does not count.
+            return self._ack(ex, JobState.AVAILABLE, delay=0.0, attempt_delta=-1)
+        msg = "cancelled while running (app.cancel_job)"
+        return self._ack(
+            ex, JobState.CANCELLED, result_json=result_json, error_json=self._error(ex, msg)
+        )

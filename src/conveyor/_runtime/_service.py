@@ -1,0 +1,36 @@
+"""One lifecycle for every background concern: run_once() on an interval, with jitter."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+log = logging.getLogger("conveyor.service")
+
+
+class Service:
+    """Subclasses set ``name`` and ``interval`` and implement ``run_once``; tests call
+    ``run_once()`` directly. A failing pass is logged and retried next interval."""
+
+    name = "service"
+    interval = 1.0
+
+    async def run_once(self) -> Any:
+        raise NotImplementedError
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        failures = 0
+        while not stopping.is_set():
+            try:
+                await self.run_once()
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                log.warning("%s pass failed (%s): %s", self.name, type(exc).__name__, exc)
+            delay = self.interval * random.uniform(0.9, 1.1) * min(2**failures, 8)  # noqa: S311
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=delay)
+            except TimeoutError:
+                pass

@@ -1,0 +1,101 @@
+"""The worker's background services: heartbeat, rescuer and stager."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+
+from .._storage import Storage
+from .._storage._protocol import (
+    JobHeartbeatManyParams,
+    JobLease,
+    JobRescueExpiredParams,
+    JobStageDueParams,
+    NodeUpsertParams,
+)
+from ._executor import Execution
+from ._service import Service
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Heartbeat(Service):
+    """Keeps this node registered and its leases alive; delivers cancels and lost leases.
+
+    A lease the database no longer grants (rescued elsewhere) stops the local attempt;
+    a cancel an operator asked for stops it too.
+    """
+
+    name = "heartbeat"
+
+    def __init__(
+        self,
+        storage: Storage,
+        node_id: str,
+        queues: Mapping[str, int],
+        executions: Callable[[], list[Execution]],
+        interval: float,
+        lease_ttl: float,
+    ) -> None:
+        self._storage = storage
+        self._executions = executions
+        self.interval = interval
+        self._lease_ttl = lease_ttl
+        self._node = NodeUpsertParams(
+            id=node_id, hostname=socket.gethostname(), pid=os.getpid(),
+            queues_json=json.dumps(dict(queues)),
+        )
+
+    async def run_once(self) -> tuple[int, int]:
+        await self._storage.node_upsert(self._node)
+        running = [ex for ex in self._executions() if ex.job.lease_token is not None]
+        if not running:
+            return 0, 0
+        leases = [JobLease(ex.job.id, ex.job.lease_token or 0) for ex in running]
+        result = await self._storage.job_heartbeat_many(
+            JobHeartbeatManyParams(leases, self._lease_ttl)
+        )
+        lost = cancelled = 0
+        for ex in running:
+            if ex.job.id not in result.held and ex.stop_reason is None and ex.task is not None:
+                log.warning("lease of job %d lost; stopping it here", ex.job.id,
+                            extra=ex.log_extra())
+                ex.stop("lost")
+                lost += 1
+            elif ex.job.id in result.cancel_requested and ex.stop_reason is None:
+                log.info("cancel requested for job %d", ex.job.id, extra=ex.log_extra())
+                ex.stop("cancel")
+                cancelled += 1
+        return lost, cancelled
+
+
+class Rescuer(Service):
+    """Returns jobs whose lease expired (their worker died) to the queue."""
+
+    name = "rescuer"
+
+    def __init__(self, storage: Storage, interval: float) -> None:
+        self._storage = storage
+        self.interval = interval
+
+    async def run_once(self) -> list[int]:
+        ids = await self._storage.job_rescue_expired(JobRescueExpiredParams())
+        if ids:
+            log.warning("rescued %d job(s) whose lease expired: %s", len(ids), ids[:20])
+        return ids
+
+
+class Stager(Service):
+    """Makes scheduled and retryable jobs available once they are due."""
+
+    name = "stager"
+
+    def __init__(self, storage: Storage, interval: float) -> None:
+        self._storage = storage
+        self.interval = interval
+
+    async def run_once(self) -> list[str]:
+        return await self._storage.job_stage_due(JobStageDueParams())

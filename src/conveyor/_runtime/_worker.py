@@ -1,0 +1,190 @@
+"""A worker process's runtime: producers, executions, acker and services, and a
+graceful shutdown that gives unfinished jobs back without using an attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._config import WorkerConfig
+from .._context import JobContext
+from .._job import Job
+from .._storage import Storage
+from .._storage._protocol import JobAck, NodeDeleteParams
+from ._acker import Acker
+from ._executor import Execution, Executor
+from ._producer import Producer
+from ._services import Heartbeat, Rescuer, Stager
+
+if TYPE_CHECKING:
+    from .._app import Conveyor
+
+log = logging.getLogger("conveyor.worker")
+
+
+class Worker:
+    """Example: ``await Worker(app, await app.storage(), WorkerConfig()).run()``"""
+
+    def __init__(self, app: Conveyor, storage: Storage, config: WorkerConfig) -> None:
+        self.app = app
+        self.config = config
+        self.node_id = uuid.uuid4().hex
+        self._storage = storage
+        self._stopping = asyncio.Event()
+        self._services_stop = asyncio.Event()
+        self._executions: dict[int, Execution] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.executor = Executor(app, config.sync_threads or min(sum(config.queues.values()), 256))
+        self.acker = Acker(storage, self._on_flushed)
+        self.producers = {
+            queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,
+                            config.fetch_limit, self._start)
+            for queue, limit in config.queues.items()
+        }
+        self.heartbeat = Heartbeat(storage, self.node_id, config.queues,
+                                   lambda: list(self._executions.values()),
+                                   config.heartbeat_interval, config.lease_ttl)
+        self.rescuer = Rescuer(storage, config.rescue_interval)
+        self.stager = Stager(storage, config.stage_interval)
+        self.completed = 0
+
+    # -- executions ----------------------------------------------------------------------
+
+    def _start(self, job: Job, producer: Producer) -> None:
+        ex = Execution(job, JobContext(job))
+        self._executions[job.id] = ex
+        ex.task = asyncio.create_task(self._run_execution(ex, producer))
+
+    async def _run_execution(self, ex: Execution, producer: Producer) -> None:
+        try:
+            ack = await self.executor.execute(ex)
+        except BaseException as exc:  # a bug of ours, not of the handler
+            log.exception("execution of job %d crashed: %s", ex.job.id, exc)
+            ack = None
+        finally:
+            producer.finished()
+        if ack is None:
+            self._executions.pop(ex.job.id, None)
+        else:
+            self.acker.push(ack)
+
+    def _on_flushed(self, acks: list[JobAck], applied: set[int]) -> None:
+        for ack in acks:
+            self._executions.pop(ack.id, None)
+            if ack.id not in applied:
+                log.warning("outcome of job %d rejected by the fence (lease lost)", ack.id)
+        self.completed += len(applied)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        """Stop fetching; running jobs get up to shutdown_timeout to finish."""
+        if not self._stopping.is_set():
+            log.info("stopping: no new jobs; waiting up to %ss for running ones",
+                     self.config.shutdown_timeout)
+            self._stopping.set()
+            for producer in self.producers.values():
+                producer.wake()
+
+    def _on_wake(self, queue: str) -> None:
+        def wake() -> None:
+            if queue == "*":
+                for producer in self.producers.values():
+                    producer.wake()
+            elif queue in self.producers:
+                self.producers[queue].wake()
+
+        with contextlib.suppress(RuntimeError):  # loop closed while a thread notifies
+            self._loop.call_soon_threadsafe(wake)
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        unsubscribe = self._storage.wake_subscribe(self._on_wake)
+        restore = self._install_signals()
+        await self.heartbeat.run_once()
+        log.info("worker %s started on queues %s", self.node_id, dict(self.config.queues))
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self.acker.run(self._services_stop))
+                for service in (self.heartbeat, self.rescuer, self.stager):
+                    group.create_task(service.run(self._services_stop))
+                for producer in self.producers.values():
+                    group.create_task(producer.run(self._stopping))
+                if self.config.burst:
+                    group.create_task(self._watch_burst())
+                group.create_task(self._shutdown_when_stopping())
+        finally:
+            unsubscribe()
+            restore()
+            self.executor.shutdown()
+            with contextlib.suppress(Exception):
+                await self._storage.node_delete(NodeDeleteParams(self.node_id))
+        log.info("worker %s stopped", self.node_id)
+
+    async def _shutdown_when_stopping(self) -> None:
+        await self._stopping.wait()
+        running = [ex.task for ex in self._executions.values() if ex.task is not None]
+        if running:
+            _, late = await asyncio.wait(running, timeout=self.config.shutdown_timeout)
+            if late:
+                log.warning("%d job(s) still running at the shutdown timeout; "
+                            "returning them to the queue", len(late))
+                for ex in list(self._executions.values()):
+                    if ex.task in late:
+                        ex.stop("shutdown")
+                await asyncio.wait(late, timeout=5)
+        await asyncio.sleep(0)
+        self._services_stop.set()
+        await self.acker.drain()
+
+    async def _watch_burst(self) -> None:
+        """Burst mode: stop once due jobs are staged and every queue stays empty."""
+        quiet = 0
+        while not self._stopping.is_set():
+            await asyncio.sleep(0.05)
+            busy = self._executions or self.acker.pending
+            if busy or not all(p.idle for p in self.producers.values()):
+                quiet = 0
+                continue
+            if quiet == 0:
+                await self.stager.run_once()
+                for producer in self.producers.values():
+                    producer.wake()
+            quiet += 1
+            if quiet >= 4:
+                self.request_stop()
+
+    def _install_signals(self) -> Callable[[], None]:
+        if threading.current_thread() is not threading.main_thread():
+            return lambda: None
+        loop = asyncio.get_running_loop()
+        presses = {"n": 0}
+
+        def on_signal(signum: int) -> None:
+            presses["n"] += 1
+            if signum == signal.SIGINT and presses["n"] > 1:
+                log.warning("second interrupt: exiting at once")
+                os._exit(130)
+            self.request_stop()
+
+        installed = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, on_signal, sig)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+
+        def restore() -> None:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+        return restore
+

@@ -1,0 +1,216 @@
+"""The storage protocol both backends implement.
+
+Methods are named noun-then-verb and take one small frozen params dataclass, so a new
+field never breaks a call site and related methods sort together. Timestamps that
+decide anything (due times, leases) are computed by the database clock, never here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+from .._job import Job, JobState
+
+#: Called with a queue name (or "*" for any queue) when jobs may be ready.
+WakeCallback = Callable[[str], None]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend can do; the runtime asks this instead of checking the dialect."""
+
+    dialect: str
+    listen_notify: bool
+    skip_locked: bool
+    #: How often idle producers poll when no wake-up arrives.
+    poll_interval: float
+    #: Connection types that ``job_insert_many`` accepts as ``connection=``.
+    transactional_enqueue: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobInsert:
+    task: str
+    queue: str
+    args_json: str
+    kwargs_json: str
+    priority: int
+    max_attempts: int
+    tags_json: str
+    meta_json: str
+    delay: float | None = None
+    run_at: datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobInsertManyParams:
+    jobs: Sequence[JobInsert]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobFetchAvailableParams:
+    queue: str
+    limit: int
+    owner: str
+    lease_ttl: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobAck:
+    """The fenced outcome of one attempt: applied only if ``lease_token`` still matches."""
+
+    id: int
+    lease_token: int
+    state: JobState
+    #: Seconds from now (database clock) for the next run, for retryable/available.
+    delay: float | None = None
+    result_json: str | None = None
+    error_json: str | None = None
+    #: -1 gives the attempt back (snooze, shutdown release); 0 otherwise.
+    attempt_delta: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobAckManyParams:
+    acks: Sequence[JobAck]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobLease:
+    id: int
+    lease_token: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobHeartbeatManyParams:
+    leases: Sequence[JobLease]
+    lease_ttl: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobHeartbeatResult:
+    """Leases still held, and which of them an operator asked to cancel."""
+
+    held: frozenset[int]
+    cancel_requested: frozenset[int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobRescueExpiredParams:
+    limit: int = 1000
+    error_json: str = '{"error": "lease expired: the worker stopped heartbeating"}'
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobStageDueParams:
+    limit: int = 5000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobGetParams:
+    id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobListParams:
+    state: JobState | None = None
+    queue: str | None = None
+    task: str | None = None
+    limit: int = 50
+    #: Keyset pagination: only jobs with an id below this one.
+    before_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobRetryParams:
+    id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobCancelParams:
+    id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobCountByStateParams:
+    queue: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeUpsertParams:
+    id: str
+    hostname: str
+    pid: int
+    queues_json: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeDeleteParams:
+    id: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MigrateParams:
+    dry_run: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+class Storage(Protocol):
+    """One job store. Both backends implement every method with the same semantics."""
+
+    @property
+    def capabilities(self) -> Capabilities: ...
+
+    async def open(self) -> None:
+        """Connect, and check (Postgres) or apply (SQLite) the schema."""
+
+    async def close(self) -> None: ...
+
+    async def schema_pending(self) -> list[Migration]: ...
+
+    async def migrate(self, params: MigrateParams) -> list[Migration]: ...
+
+    async def job_insert_many(
+        self, params: JobInsertManyParams, connection: Any = None
+    ) -> list[Job]: ...
+
+    def job_insert_many_sync(self, params: JobInsertManyParams, connection: Any) -> list[Job]:
+        """Insert inside the caller's own synchronous connection and transaction."""
+
+    async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]: ...
+
+    async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
+        """Apply fenced outcomes; return the ids whose write applied."""
+
+    async def job_heartbeat_many(self, params: JobHeartbeatManyParams) -> JobHeartbeatResult: ...
+
+    async def job_rescue_expired(self, params: JobRescueExpiredParams) -> list[int]: ...
+
+    async def job_stage_due(self, params: JobStageDueParams) -> list[str]:
+        """Make due scheduled/retryable jobs available; return the queues touched."""
+
+    async def job_get(self, params: JobGetParams) -> Job | None: ...
+
+    async def job_list(self, params: JobListParams) -> list[Job]: ...
+
+    async def job_retry(self, params: JobRetryParams) -> Job | None: ...
+
+    async def job_cancel(self, params: JobCancelParams) -> Job | None: ...
+
+    async def job_count_by_state(self, params: JobCountByStateParams) -> dict[str, int]: ...
+
+    async def node_upsert(self, params: NodeUpsertParams) -> None: ...
+
+    async def node_delete(self, params: NodeDeleteParams) -> None: ...
+
+    def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        """Call ``callback`` when jobs may have become ready; returns an unsubscribe."""

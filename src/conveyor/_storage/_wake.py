@@ -1,0 +1,40 @@
+"""In-process wake-ups: a tiny thread-safe fan-out owned by one Conveyor instance."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from ._protocol import WakeCallback
+
+
+class WakeHub:
+    """Fans a "jobs may be ready in queue X" signal out to every subscriber.
+
+    Callbacks may be called from any thread; subscribers hop to their own loop.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscribers: list[WakeCallback] = []
+
+    def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    @property
+    def has_subscribers(self) -> bool:
+        return bool(self._subscribers)
+
+    def notify(self, queue: str) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            callback(queue)

@@ -1,0 +1,136 @@
+-- Conveyor named queries, SQLite dialect. Parameters use :name style.
+-- "Now" is always the database clock: (julianday('now') - 2440587.5) * 86400.0 in unix seconds.
+
+-- name: job_insert
+INSERT INTO conveyor_jobs
+    (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at)
+SELECT :task, :queue, :args, :kwargs, :priority, :max_attempts, :tags, :meta,
+       CASE WHEN due > now THEN 'scheduled' ELSE 'available' END, due, now
+FROM (SELECT coalesce(:run_at, now + coalesce(:delay, 0.0)) AS due, now
+      FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now))
+RETURNING *;
+
+-- name: job_fetch_available
+UPDATE conveyor_jobs
+SET state = 'running',
+    attempt = attempt + 1,
+    attempted_at = (julianday('now') - 2440587.5) * 86400.0,
+    lease_owner = :owner,
+    lease_token = abs(random()),
+    lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :lease_ttl
+WHERE id IN (
+    SELECT id FROM conveyor_jobs
+    WHERE state = 'available' AND queue = :queue
+    ORDER BY priority DESC, scheduled_at, id
+    LIMIT :limit
+)
+RETURNING *;
+
+-- name: job_ack
+-- A fenced write: it applies only while this attempt still holds the lease.
+-- A cancel requested while the job ran wins over a retry or a snooze.
+UPDATE conveyor_jobs
+SET state = CASE WHEN cancel_requested = 1 AND :state IN ('available', 'scheduled', 'retryable')
+                 THEN 'cancelled' ELSE :state END,
+    attempt = attempt + :attempt_delta,
+    scheduled_at = CASE WHEN :delay IS NULL THEN scheduled_at
+                        ELSE (julianday('now') - 2440587.5) * 86400.0 + :delay END,
+    finished_at = CASE WHEN :state IN ('completed', 'cancelled', 'discarded')
+                         OR (cancel_requested = 1 AND :state IN ('available', 'scheduled', 'retryable'))
+                       THEN (julianday('now') - 2440587.5) * 86400.0 END,
+    result = :result,
+    errors = CASE WHEN :error IS NULL THEN errors
+                  ELSE json_insert(errors, '$[#]', json(:error)) END,
+    lease_owner = NULL,
+    lease_token = NULL,
+    lease_expires_at = NULL
+WHERE id = :id AND lease_token = :lease_token AND state = 'running'
+RETURNING id, queue, state;
+
+-- name: job_heartbeat
+UPDATE conveyor_jobs
+SET lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :lease_ttl
+WHERE id = :id AND lease_token = :lease_token AND state = 'running'
+RETURNING id, cancel_requested;
+
+-- name: job_rescue_expired
+-- Rescuing counts the attempt, so a job that kills its worker every time ends discarded.
+UPDATE conveyor_jobs
+SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled'
+                 WHEN attempt >= max_attempts THEN 'discarded'
+                 ELSE 'available' END,
+    finished_at = CASE WHEN cancel_requested = 1 OR attempt >= max_attempts
+                       THEN (julianday('now') - 2440587.5) * 86400.0 END,
+    scheduled_at = (julianday('now') - 2440587.5) * 86400.0,
+    errors = json_insert(errors, '$[#]', json_set(json(:error),
+                 '$.attempt', attempt,
+                 '$.at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now'),
+                 '$.node', lease_owner)),
+    lease_owner = NULL,
+    lease_token = NULL,
+    lease_expires_at = NULL
+WHERE id IN (
+    SELECT id FROM conveyor_jobs
+    WHERE state = 'running' AND lease_expires_at < (julianday('now') - 2440587.5) * 86400.0
+    LIMIT :limit
+)
+RETURNING id, queue;
+
+-- name: job_stage_due
+UPDATE conveyor_jobs
+SET state = 'available'
+WHERE id IN (
+    SELECT id FROM conveyor_jobs
+    WHERE state IN ('scheduled', 'retryable')
+      AND scheduled_at <= (julianday('now') - 2440587.5) * 86400.0
+    ORDER BY scheduled_at
+    LIMIT :limit
+)
+RETURNING queue;
+
+-- name: job_get
+SELECT * FROM conveyor_jobs WHERE id = :id;
+
+-- name: job_list
+SELECT * FROM conveyor_jobs
+WHERE (:state IS NULL OR state = :state)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:before_id IS NULL OR id < :before_id)
+ORDER BY id DESC
+LIMIT :limit;
+
+-- name: job_retry
+UPDATE conveyor_jobs
+SET state = 'available',
+    scheduled_at = (julianday('now') - 2440587.5) * 86400.0,
+    finished_at = NULL,
+    max_attempts = max(max_attempts, attempt + 1),
+    cancel_requested = 0
+WHERE id = :id AND state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
+RETURNING *;
+
+-- name: job_cancel
+-- A queued job is cancelled at once; a running one is flagged and its worker stops it.
+UPDATE conveyor_jobs
+SET state = CASE WHEN state = 'running' THEN 'running' ELSE 'cancelled' END,
+    finished_at = CASE WHEN state = 'running' THEN NULL
+                       ELSE (julianday('now') - 2440587.5) * 86400.0 END,
+    cancel_requested = CASE WHEN state = 'running' THEN 1 ELSE 0 END
+WHERE id = :id AND state IN ('scheduled', 'available', 'retryable', 'running')
+RETURNING *;
+
+-- name: job_count_by_state
+SELECT state, count(*) AS n FROM conveyor_jobs
+WHERE (:queue IS NULL OR queue = :queue)
+GROUP BY state;
+
+-- name: node_upsert
+INSERT INTO conveyor_nodes (id, hostname, pid, queues, started_at, heartbeat_at)
+VALUES (:id, :hostname, :pid, :queues,
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (id) DO UPDATE
+SET queues = excluded.queues, heartbeat_at = excluded.heartbeat_at;
+
+-- name: node_delete
+DELETE FROM conveyor_nodes WHERE id = :id;

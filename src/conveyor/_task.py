@@ -1,0 +1,181 @@
+"""Tasks: plain functions registered on an app, enqueued with their own signature."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from . import _payload
+from ._job import Job
+from ._storage._protocol import JobInsert
+
+if TYPE_CHECKING:
+    from ._app import Conveyor
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: attempt number (1-based) -> seconds until the next attempt
+Backoff = Callable[[int], float]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TaskOptions:
+    """Per-task defaults, set by ``@app.task(...)``."""
+
+    name: str
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 20
+    timeout: float | None = None
+    backoff: Backoff | float | None = None
+    tags: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EnqueueOptions:
+    """Per-enqueue overrides, set by ``task.options(...)``."""
+
+    queue: str | None = None
+    priority: int | None = None
+    delay: float | None = None
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    tags: Sequence[str] | None = None
+    meta: Mapping[str, Any] | None = None
+    connection: Any = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job ready to enqueue, built by ``task.job(...)`` for ``app.enqueue_many``.
+
+    Example: ``app.enqueue_many([send_email.job("a@b.c", subject="x")])``
+    """
+
+    task: Task[Any, Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: EnqueueOptions
+
+    def to_insert(self, max_payload_bytes: int) -> JobInsert:
+        """Validate and encode; raises before anything is written."""
+        opts, defaults = self.options, self.task.defaults
+        name = defaults.name
+        args_json, kwargs_json = _payload.encode_arguments(
+            name, self.args, self.kwargs, max_payload_bytes
+        )
+        if opts.run_at is not None and (
+            not isinstance(opts.run_at, datetime) or opts.run_at.tzinfo is None
+        ):
+            raise ValueError("run_at must be a timezone-aware datetime")
+        tags = list(defaults.tags) + _payload.check_tags(opts.tags or [])
+        return JobInsert(
+            task=name,
+            queue=_payload.check_queue_name(opts.queue or defaults.queue),
+            args_json=args_json,
+            kwargs_json=kwargs_json,
+            priority=_payload.check_priority(
+                defaults.priority if opts.priority is None else opts.priority
+            ),
+            max_attempts=_payload.check_max_attempts(opts.max_attempts or defaults.max_attempts),
+            tags_json=_payload.dumps(tags),
+            meta_json=_payload.encode_meta(name, opts.meta or {}, max_payload_bytes),
+            delay=_payload.check_delay(opts.delay),
+            run_at=opts.run_at,
+        )
+
+
+class _Enqueuer(Generic[P]):
+    """The enqueue methods shared by a task and a task with options applied."""
+
+    _task: Task[Any, Any]
+    _opts: EnqueueOptions
+
+    def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
+        """Build a job for ``app.enqueue_many`` without writing it."""
+        self._task.check_arguments(args, kwargs)
+        return JobSpec(self._task, args, dict(kwargs), self._opts)
+
+    def _split_connection(self, kwargs: dict[str, Any]) -> EnqueueOptions:
+        if "connection" in kwargs and not self._task.accepts("connection"):
+            return dataclasses.replace(self._opts, connection=kwargs.pop("connection"))
+        return self._opts
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Write one job and return it. Example: ``send_email.enqueue("a@b.c", subject="hi")``"""
+        opts = self._split_connection(kwargs)
+        spec = JobSpec(self._task, args, kwargs, opts)
+        self._task.check_arguments(args, kwargs)
+        return self._task.app.enqueue_many([spec], connection=opts.connection)[0]
+
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job:
+        """Async twin of ``enqueue``. Example: ``await send_email.enqueue_async("a@b.c")``"""
+        opts = self._split_connection(kwargs)
+        spec = JobSpec(self._task, args, kwargs, opts)
+        self._task.check_arguments(args, kwargs)
+        jobs = await self._task.app.enqueue_many_async([spec], connection=opts.connection)
+        return jobs[0]
+
+
+class TaskWithOptions(_Enqueuer[P]):
+    """A task with per-enqueue options applied; made by ``task.options(...)``."""
+
+    def __init__(self, task: Task[Any, Any], opts: EnqueueOptions) -> None:
+        self._task, self._opts = task, opts
+
+
+class Task(_Enqueuer[P], Generic[P, R]):
+    """A function registered with ``@app.task``; calling it runs it directly.
+
+    Example: ``send_email.options(delay=30, queue="mail").enqueue("a@b.c", subject="hi")``
+    """
+
+    def __init__(self, app: Conveyor, fn: Callable[P, R], defaults: TaskOptions) -> None:
+        self.app = app
+        self.fn = fn
+        self.defaults = defaults
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.signature = inspect.signature(fn)
+        self._task, self._opts = self, EnqueueOptions()
+
+    @property
+    def name(self) -> str:
+        return self.defaults.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.defaults.queue}>"
+
+    def accepts(self, parameter: str) -> bool:
+        return parameter in self.signature.parameters
+
+    def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Refuse at enqueue what the function could never be called with."""
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"arguments do not fit task {self.name!r}{self.signature}: {exc}") from None
+
+    def options(
+        self,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        tags: Sequence[str] | None = None,
+        meta: Mapping[str, Any] | None = None,
+        connection: Any = None,
+    ) -> TaskWithOptions[P]:
+        """Override defaults for one enqueue. Example: ``task.options(delay=30).enqueue()``"""
+        if delay is not None and run_at is not None:
+            raise ValueError("give delay= or run_at=, not both")
+        opts = EnqueueOptions(queue, priority, delay, run_at, max_attempts, tags, meta, connection)
+        return TaskWithOptions(self, opts)

@@ -23,7 +23,7 @@ from ._storage._protocol import (
     MigrateParams,
     Migration,
 )
-from ._task import Backoff, JobSpec, Task, TaskOptions
+from ._task import Backoff, JobSpec, Task, TaskDecorator, TaskOptions
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -72,12 +72,11 @@ class Conveyor:
         timeout: float | None = None,
         backoff: Backoff | float | None = None,
         tags: Sequence[str] = (),
-    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+    ) -> TaskDecorator: ...
 
     def task(
         self,
-        fn: Callable[P, R] | None = None,
-        /,
+        fn: Callable[..., Any] | None = None,
         *,
         name: str | None = None,
         queue: str = "default",
@@ -86,10 +85,10 @@ class Conveyor:
         timeout: float | None = None,
         backoff: Backoff | float | None = None,
         tags: Sequence[str] = (),
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> Any:
         """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``)."""
 
-        def register(func: Callable[P, R]) -> Task[P, R]:
+        def register(func: Callable[..., Any]) -> Task[Any, Any]:
             task_name = _payload.check_task_name(name or func.__name__)
             if task_name in self.tasks:
                 raise ValueError(f"task {task_name!r} is already registered; pass name=")

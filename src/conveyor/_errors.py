@@ -27,7 +27,7 @@ class PayloadTooLargeError(ConveyorError, ValueError):
     """A job's JSON payload is over the configured size cap."""
 
 
-class _JobSignal(Exception):  # noqa: N818 - these are signals, not errors
+class _JobSignal(Exception):
     """Raised by a handler to choose its job's outcome instead of failing."""
 
 

@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import _payload
 from ._job import Job
@@ -81,7 +81,9 @@ class JobSpec:
             priority=_payload.check_priority(
                 defaults.priority if opts.priority is None else opts.priority
             ),
-            max_attempts=_payload.check_max_attempts(opts.max_attempts or defaults.max_attempts),
+            max_attempts=_payload.check_max_attempts(
+                defaults.max_attempts if opts.max_attempts is None else opts.max_attempts
+            ),
             tags_json=_payload.dumps(tags),
             meta_json=_payload.encode_meta(name, opts.meta or {}, max_payload_bytes),
             delay=_payload.check_delay(opts.delay),
@@ -179,3 +181,9 @@ class Task(_Enqueuer[P], Generic[P, R]):
             raise ValueError("give delay= or run_at=, not both")
         opts = EnqueueOptions(queue, priority, delay, run_at, max_attempts, tags, meta, connection)
         return TaskWithOptions(self, opts)
+
+
+class TaskDecorator(Protocol):
+    """What ``@app.task(...)`` with options returns: it keeps the function's signature."""
+
+    def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...

@@ -47,8 +47,9 @@ class Execution:
         if self.stop_reason is None:
             self.stop_reason = reason
         self.ctx._cancel.set()
-        # Sync handlers cannot be interrupted: they see ctx.cancelled and we wait for them.
-        if self.task is not None and self.handler_is_async:
+        # A sync handler's thread cannot be interrupted: it sees ctx.cancelled, and we
+        # wait for its return, except at shutdown, where the job is given back at once.
+        if self.task is not None and (self.handler_is_async or reason == "shutdown"):
             self.task.cancel()
 
     def log_extra(self) -> dict[str, Any]:
@@ -90,7 +91,7 @@ class Executor:
             return self._ack(ex, JobState.DISCARDED, error_json=error)
         backoff = task.defaults.backoff
         if backoff is None:
-            delay = default_backoff(job.attempt) * random.uniform(0.9, 1.1)  # noqa: S311
+            delay = default_backoff(job.attempt) * random.uniform(0.9, 1.1)
         elif callable(backoff):
             delay = float(backoff(job.attempt))
         else:

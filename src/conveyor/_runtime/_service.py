@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from typing import Any
@@ -29,8 +30,6 @@ class Service:
             except Exception as exc:
                 failures += 1
                 log.warning("%s pass failed (%s): %s", self.name, type(exc).__name__, exc)
-            delay = self.interval * random.uniform(0.9, 1.1) * min(2**failures, 8)  # noqa: S311
-            try:
+            delay = self.interval * random.uniform(0.9, 1.1) * min(2**failures, 8)
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), timeout=delay)
-            except TimeoutError:
-                pass

@@ -61,7 +61,7 @@ class Heartbeat(Service):
         lost = cancelled = 0
         for ex in running:
             if ex.job.id not in result.held and ex.stop_reason is None and ex.task is not None:
-                log.warning("lease of job %d lost; stopping it here", ex.job.id,
+                log.warning("lease lost for job %d; stopping it here", ex.job.id,
                             extra=ex.log_extra())
                 ex.stop("lost")
                 lost += 1

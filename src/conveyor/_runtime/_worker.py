@@ -51,7 +51,7 @@ class Worker:
         self.heartbeat = Heartbeat(storage, self.node_id, config.queues,
                                    lambda: list(self._executions.values()),
                                    config.heartbeat_interval, config.lease_ttl)
-        self.rescuer = Rescuer(storage, config.rescue_interval)
+        self.rescuer = Rescuer(storage, min(config.rescue_interval, config.lease_ttl / 2))
         self.stager = Stager(storage, config.stage_interval)
         self.completed = 0
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 from ._protocol import WakeCallback
+
+log = logging.getLogger("conveyor.wake")
 
 
 class WakeHub:
@@ -37,4 +40,7 @@ class WakeHub:
         with self._lock:
             subscribers = list(self._subscribers)
         for callback in subscribers:
-            callback(queue)
+            try:
+                callback(queue)
+            except Exception:  # one broken subscriber must not starve the others
+                log.exception("wake subscriber failed")

@@ -16,7 +16,7 @@ SET state = 'running',
     attempt = attempt + 1,
     attempted_at = (julianday('now') - 2440587.5) * 86400.0,
     lease_owner = :owner,
-    lease_token = abs(random()),
+    lease_token = random() & 9223372036854775807,
     lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :lease_ttl
 WHERE id IN (
     SELECT id FROM conveyor_jobs

@@ -1,0 +1,191 @@
+-- Conveyor named queries, PostgreSQL dialect. Parameters use psycopg's named style.
+-- "Now" is always the database clock: now(), the start of the current transaction.
+-- Batches arrive as parallel arrays and are unnested, so a batch is one statement.
+-- Statements that make jobs ready also NOTIFY the channel with each queue name, in the
+-- same statement: the wake-up is sent on commit and never for a rolled-back write.
+-- The "woken" CTE always yields exactly one row; joining it only forces the NOTIFYs to run.
+-- Postgres sends one notification per distinct (channel, payload) per transaction.
+
+-- name: job_insert
+WITH inserted AS (
+    INSERT INTO conveyor_jobs
+        (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
+         scheduled_at, created_at)
+    SELECT b.task, b.queue, b.args::jsonb, b.kwargs::jsonb, b.priority, b.max_attempts,
+           b.tags::jsonb, b.meta::jsonb,
+           CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now()
+    FROM unnest(%(task)s::text[], %(queue)s::text[], %(args)s::text[], %(kwargs)s::text[],
+                %(priority)s::smallint[], %(max_attempts)s::integer[], %(tags)s::text[],
+                %(meta)s::text[], %(delay)s::float8[], %(run_at)s::timestamptz[])
+         WITH ORDINALITY
+         AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at, ord)
+    CROSS JOIN LATERAL (
+        SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
+    ) AS d
+    ORDER BY b.ord
+    RETURNING *
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT inserted.* FROM inserted CROSS JOIN woken
+ORDER BY inserted.id;
+
+-- name: job_fetch_available
+UPDATE conveyor_jobs AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    attempted_at = now(),
+    lease_owner = %(owner)s::text,
+    lease_token = 1 + floor(random() * 9.0e18)::bigint,
+    lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+FROM (
+    SELECT id FROM conveyor_jobs
+    WHERE state = 'available' AND queue = %(queue)s::text
+    ORDER BY priority DESC, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS p
+WHERE j.id = p.id
+RETURNING j.*;
+
+-- name: job_ack
+-- A fenced write: it applies only while this attempt still holds the lease.
+-- A cancel requested while the job ran wins over a retry or a snooze.
+WITH acked AS (
+    UPDATE conveyor_jobs AS j
+    SET state = CASE WHEN j.cancel_requested AND a.state IN ('available', 'scheduled', 'retryable')
+                     THEN 'cancelled' ELSE a.state END,
+        attempt = j.attempt + a.attempt_delta,
+        scheduled_at = CASE WHEN a.delay IS NULL THEN j.scheduled_at
+                            ELSE now() + a.delay * interval '1 second' END,
+        finished_at = CASE WHEN a.state IN ('completed', 'cancelled', 'discarded')
+                             OR (j.cancel_requested
+                                 AND a.state IN ('available', 'scheduled', 'retryable'))
+                           THEN now() END,
+        result = a.result::jsonb,
+        errors = CASE WHEN a.error IS NULL THEN j.errors
+                      ELSE j.errors || jsonb_build_array(a.error::jsonb) END,
+        lease_owner = NULL,
+        lease_token = NULL,
+        lease_expires_at = NULL
+    FROM unnest(%(id)s::bigint[], %(lease_token)s::bigint[], %(state)s::text[],
+                %(delay)s::float8[], %(result)s::text[], %(error)s::text[],
+                %(attempt_delta)s::integer[])
+         AS a(id, lease_token, state, delay, result, error, attempt_delta)
+    WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.state = 'running'
+    RETURNING j.id, j.queue, j.state
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM acked WHERE state = 'available') AS q
+)
+SELECT acked.id, acked.queue, acked.state FROM acked CROSS JOIN woken;
+
+-- name: job_heartbeat
+UPDATE conveyor_jobs AS j
+SET lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+FROM unnest(%(id)s::bigint[], %(lease_token)s::bigint[]) AS l(id, lease_token)
+WHERE j.id = l.id AND j.lease_token = l.lease_token AND j.state = 'running'
+RETURNING j.id, j.cancel_requested;
+
+-- name: job_rescue_expired
+-- Rescuing counts the attempt, so a job that kills its worker every time ends discarded.
+WITH rescued AS (
+    UPDATE conveyor_jobs AS j
+    SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                     WHEN j.attempt >= j.max_attempts THEN 'discarded'
+                     ELSE 'available' END,
+        finished_at = CASE WHEN j.cancel_requested OR j.attempt >= j.max_attempts
+                           THEN now() END,
+        scheduled_at = now(),
+        errors = j.errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object(
+                     'attempt', j.attempt,
+                     'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                     'node', j.lease_owner)),
+        lease_owner = NULL,
+        lease_token = NULL,
+        lease_expires_at = NULL
+    FROM (
+        SELECT id FROM conveyor_jobs
+        WHERE state = 'running' AND lease_expires_at < now()
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS e
+    WHERE j.id = e.id
+    RETURNING j.id, j.queue, j.state
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM rescued WHERE state = 'available') AS q
+)
+SELECT rescued.id, rescued.queue FROM rescued CROSS JOIN woken;
+
+-- name: job_stage_due
+WITH staged AS (
+    UPDATE conveyor_jobs AS j
+    SET state = 'available'
+    FROM (
+        SELECT id FROM conveyor_jobs
+        WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= now()
+        ORDER BY scheduled_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS d
+    WHERE j.id = d.id
+    RETURNING j.queue
+), queues AS (
+    SELECT DISTINCT queue FROM staged
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, queue)) AS n FROM queues
+)
+SELECT queues.queue FROM queues CROSS JOIN woken;
+
+-- name: job_get
+SELECT * FROM conveyor_jobs WHERE id = %(id)s::bigint;
+
+-- name: job_list
+SELECT * FROM conveyor_jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_retry
+WITH retried AS (
+    UPDATE conveyor_jobs
+    SET state = 'available',
+        scheduled_at = now(),
+        finished_at = NULL,
+        max_attempts = GREATEST(max_attempts, attempt + 1),
+        cancel_requested = false
+    WHERE id = %(id)s::bigint
+      AND state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
+    RETURNING *
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, queue)) AS n FROM retried
+)
+SELECT retried.* FROM retried CROSS JOIN woken;
+
+-- name: job_cancel
+-- A queued job is cancelled at once; a running one is flagged and its worker stops it.
+UPDATE conveyor_jobs
+SET state = CASE WHEN state = 'running' THEN 'running' ELSE 'cancelled' END,
+    finished_at = CASE WHEN state = 'running' THEN NULL ELSE now() END,
+    cancel_requested = (state = 'running')
+WHERE id = %(id)s::bigint AND state IN ('scheduled', 'available', 'retryable', 'running')
+RETURNING *;
+
+-- name: job_count_by_state
+SELECT state, count(*) AS n FROM conveyor_jobs
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY state;
+
+-- name: node_upsert
+INSERT INTO conveyor_nodes (id, hostname, pid, queues, started_at, heartbeat_at)
+VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::integer, %(queues)s::jsonb, now(), now())
+ON CONFLICT (id) DO UPDATE
+SET queues = excluded.queues, heartbeat_at = excluded.heartbeat_at;
+
+-- name: node_delete
+DELETE FROM conveyor_nodes WHERE id = %(id)s::text;

@@ -1,0 +1,61 @@
+"""Helpers to run an in-process worker until a condition holds, with a deadline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from conveyor import Conveyor, Job, JobState, WorkerConfig
+from conveyor._runtime import Worker
+
+FAST = WorkerConfig(
+    queues={"default": 10},
+    lease_ttl=5.0,
+    heartbeat_interval=0.1,
+    rescue_interval=0.1,
+    stage_interval=0.05,
+    shutdown_timeout=5.0,
+)
+
+
+async def run_worker_until(
+    app: Conveyor,
+    done: Callable[[], Awaitable[bool]],
+    config: WorkerConfig = FAST,
+    timeout: float = 20.0,
+    during: Callable[[Worker], Awaitable[None]] | None = None,
+) -> Worker:
+    """Start a worker, optionally act while it runs, stop it once ``done()`` holds."""
+    worker = Worker(app, await app.storage(), config)
+    task = asyncio.create_task(worker.run())
+    try:
+        if during is not None:
+            await during(worker)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while not await done():
+            if task.done():
+                await task  # surfaces a crash
+                raise AssertionError("worker stopped before the condition held")
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"condition not reached within {timeout}s")
+            await asyncio.sleep(0.01)
+    finally:
+        worker.request_stop()
+        await asyncio.wait_for(task, timeout=30)
+    return worker
+
+
+def all_final(app: Conveyor) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        counts = await app.count_jobs_async()
+        return sum(counts[s] for s in ("completed", "cancelled", "discarded")) == sum(counts.values())
+
+    return check
+
+
+def in_state(app: Conveyor, job: Job, *states: JobState) -> Callable[[], Awaitable[bool]]:
+    async def check() -> bool:
+        current = await app.get_job_async(job.id)
+        return current is not None and current.state in states
+
+    return check

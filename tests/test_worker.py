@@ -1,0 +1,326 @@
+"""Handler outcomes end to end through an in-process worker, on both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+from typing import Any
+
+from conveyor import Cancel, Conveyor, Discard, JobState, Snooze, current_job
+from conveyor._storage._protocol import JobInsert, JobInsertManyParams
+
+from ._runtime_util import FAST, all_final, in_state, run_worker_until
+
+
+def test_async_and_sync_handlers_complete_with_results(app: Conveyor) -> None:
+    threads: set[str] = set()
+
+    @app.task
+    async def add(a: int, b: int) -> int:
+        return a + b
+
+    @app.task
+    def shout(text: str, times: int = 1) -> dict[str, Any]:
+        threads.add(threading.current_thread().name)
+        return {"text": text.upper() * times}
+
+    async def main() -> None:
+        a = await add.enqueue_async(2, 3)
+        s = await shout.enqueue_async("hi", times=2)
+        await run_worker_until(app, all_final(app))
+        done_a, done_s = await app.get_job_async(a.id), await app.get_job_async(s.id)
+        assert done_a is not None and done_a.state == JobState.COMPLETED and done_a.result == 5
+        assert done_s is not None and done_s.result == {"text": "HIHI"} and done_s.attempt == 1
+        await app.close_async()
+
+    asyncio.run(main())
+    assert all(name.startswith("conveyor-job") for name in threads)
+
+
+def test_failures_retry_with_backoff_then_discard(app: Conveyor) -> None:
+    calls: list[float] = []
+
+    @app.task(max_attempts=3, backoff=lambda attempt: 0.2 * attempt)
+    async def always_fails() -> None:
+        calls.append(time.monotonic())
+        raise ValueError(f"attempt {current_job().attempt} failed")
+
+    async def main() -> None:
+        job = await always_fails.enqueue_async()
+        await run_worker_until(app, in_state(app, job, JobState.DISCARDED))
+        final = await app.get_job_async(job.id)
+        assert final is not None and final.attempt == 3
+        assert [e["attempt"] for e in final.errors] == [1, 2, 3]
+        assert final.errors[-1]["error"] == "ValueError: attempt 3 failed"
+        assert "Traceback" in final.errors[0]["traceback"]
+        await app.close_async()
+
+    asyncio.run(main())
+    assert len(calls) == 3
+    assert calls[1] - calls[0] >= 0.18 and calls[2] - calls[1] >= 0.38  # backoff honoured
+
+
+def test_retry_then_success_keeps_the_error_history(app: Conveyor) -> None:
+    @app.task(backoff=0)
+    def flaky() -> str:
+        if current_job().attempt < 3:
+            raise RuntimeError("not yet")
+        return "finally"
+
+    async def main() -> None:
+        job = await flaky.enqueue_async()
+        await run_worker_until(app, in_state(app, job, JobState.COMPLETED))
+        final = await app.get_job_async(job.id)
+        assert final is not None and final.result == "finally" and final.attempt == 3
+        assert len(final.errors) == 2
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_snooze_reschedules_without_using_an_attempt(app: Conveyor) -> None:
+    runs: list[int] = []
+
+    @app.task(max_attempts=1)
+    async def patient() -> str:
+        runs.append(current_job().attempt)
+        if len(runs) < 3:
+            raise Snooze(0.05)
+        return "ok"
+
+    async def main() -> None:
+        job = await patient.enqueue_async()
+        await run_worker_until(app, in_state(app, job, JobState.COMPLETED))
+        final = await app.get_job_async(job.id)
+        assert final is not None and final.attempt == 1 and final.errors == []
+        await app.close_async()
+
+    asyncio.run(main())
+    assert runs == [1, 1, 1]
+
+
+def test_cancel_and_discard_signals_end_the_job(app: Conveyor) -> None:
+    @app.task
+    async def cancels() -> None:
+        raise Cancel("no longer needed")
+
+    @app.task(max_attempts=10)
+    def discards() -> None:
+        raise Discard("bad recipient")
+
+    async def main() -> None:
+        c, d = await cancels.enqueue_async(), await discards.enqueue_async()
+        await run_worker_until(app, all_final(app))
+        fc, fd = await app.get_job_async(c.id), await app.get_job_async(d.id)
+        assert fc is not None and fc.state == JobState.CANCELLED and fc.attempt == 1
+        assert "no longer needed" in fc.errors[0]["error"]
+        assert fd is not None and fd.state == JobState.DISCARDED and fd.attempt == 1
+        assert "bad recipient" in fd.errors[0]["error"]
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_timeout_fails_the_attempt(app: Conveyor) -> None:
+    cancelled = asyncio.Event()
+
+    @app.task(timeout=0.2, max_attempts=1)
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def main() -> None:
+        job = await slow.enqueue_async()
+        await run_worker_until(app, in_state(app, job, JobState.DISCARDED))
+        final = await app.get_job_async(job.id)
+        assert final is not None and "timeout of 0.2s" in final.errors[0]["error"]
+        assert cancelled.is_set()
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_unknown_task_and_unfit_args_are_discarded_and_the_worker_goes_on(app: Conveyor) -> None:
+    @app.task
+    async def greet(name: str) -> str:
+        return f"hello {name}"
+
+    async def main() -> None:
+        storage = await app.storage()
+        base = JobInsert(task="greet", queue="default", args_json="[]", kwargs_json="{}",
+                         priority=0, max_attempts=5, tags_json="[]", meta_json="{}")
+        ghost, unfit, good = await storage.job_insert_many(JobInsertManyParams([
+            dataclasses.replace(base, task="no_such_task"),
+            dataclasses.replace(base, kwargs_json='{"nom": "x"}'),
+            dataclasses.replace(base, args_json='["ada"]'),
+        ]))
+        await run_worker_until(app, all_final(app))
+        g, u, ok = [await app.get_job_async(j.id) for j in (ghost, unfit, good)]
+        assert g is not None and g.state == JobState.DISCARDED and g.attempt == 1
+        assert "unknown task 'no_such_task'" in g.errors[0]["error"]
+        assert u is not None and u.state == JobState.DISCARDED
+        assert "no longer fit" in u.errors[0]["error"]
+        assert ok is not None and ok.state == JobState.COMPLETED and ok.result == "hello ada"
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_cancel_reaches_running_async_and_sync_handlers(app: Conveyor) -> None:
+    started = threading.Event()
+    saw_flag = threading.Event()
+
+    @app.task
+    async def forever() -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    @app.task
+    def polls() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if current_job().cancelled:
+                saw_flag.set()
+                return
+            time.sleep(0.01)
+
+    async def main() -> None:
+        a, s = await forever.enqueue_async(), await polls.enqueue_async()
+
+        async def cancel_when_running(_: object) -> None:
+            for job in (a, s):
+                deadline = time.monotonic() + 10
+                while not await in_state(app, job, JobState.RUNNING)():
+                    assert time.monotonic() < deadline, "job never started"
+                    await asyncio.sleep(0.01)
+                running = await app.cancel_job_async(job.id)
+                assert running.state == JobState.RUNNING and running.cancel_requested
+
+        t0 = time.monotonic()
+        await run_worker_until(app, all_final(app), during=cancel_when_running)
+        assert time.monotonic() - t0 < 5  # one heartbeat interval, not a lease
+        for job in (a, s):
+            final = await app.get_job_async(job.id)
+            assert final is not None and final.state == JobState.CANCELLED
+        await app.close_async()
+
+    asyncio.run(main())
+    assert started.is_set() and saw_flag.is_set()
+
+
+def test_queued_job_cancelled_at_once_never_runs(app: Conveyor) -> None:
+    ran: list[int] = []
+
+    @app.task
+    async def work(n: int) -> None:
+        ran.append(n)
+
+    job = work.options(delay=0.05).enqueue(1)
+    other = work.enqueue(2)
+    assert app.cancel_job(job.id).state == JobState.CANCELLED
+
+    async def main() -> None:
+        await run_worker_until(app, in_state(app, other, JobState.COMPLETED))
+        await asyncio.sleep(0.2)  # the delay passes; the cancelled job must stay put
+        final = await app.get_job_async(job.id)
+        assert final is not None and final.state == JobState.CANCELLED
+        await app.close_async()
+
+    asyncio.run(main())
+    assert ran == [2]
+
+
+def test_current_job_describes_the_running_job(app: Conveyor) -> None:
+    seen: dict[str, Any] = {}
+
+    @app.task(queue="ctx")
+    async def introspect(x: int, *, y: str) -> None:
+        ctx = current_job()
+        seen.update(id=ctx.id, attempt=ctx.attempt, args=ctx.args, kwargs=ctx.kwargs,
+                    task=ctx.task, queue=ctx.queue, cancelled=ctx.cancelled)
+
+    async def main() -> None:
+        job = await introspect.enqueue_async(1, y="z")
+        config = dataclasses.replace(FAST, queues={"ctx": 2})
+        await run_worker_until(app, in_state(app, job, JobState.COMPLETED), config=config)
+        assert seen == {"id": job.id, "attempt": 1, "args": [1], "kwargs": {"y": "z"},
+                        "task": "introspect", "queue": "ctx", "cancelled": False}
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_priorities_and_delays_order_the_work(app: Conveyor) -> None:
+    order: list[str] = []
+
+    @app.task
+    async def mark(label: str) -> None:
+        order.append(label)
+
+    async def main() -> None:
+        await mark.options(delay=0.4).enqueue_async("late")
+        await mark.options(priority=0).enqueue_async("low")
+        await mark.options(priority=9).enqueue_async("high")
+        config = dataclasses.replace(FAST, queues={"default": 1})
+        await run_worker_until(app, all_final(app), config=config)
+        await app.close_async()
+
+    asyncio.run(main())
+    assert order == ["high", "low", "late"]
+
+
+def test_burst_worker_exits_when_queue_is_empty(app: Conveyor) -> None:
+    @app.task
+    async def noop(i: int) -> None:
+        return None
+
+    async def main() -> None:
+        await app.enqueue_many_async([noop.job(i) for i in range(200)])
+        config = dataclasses.replace(FAST, burst=True, queues={"default": 20})
+        await asyncio.wait_for(app.run_worker(config=config), timeout=30)
+        counts = await app.count_jobs_async()
+        assert counts["completed"] == 200 and sum(counts.values()) == 200
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_shutdown_returns_unfinished_jobs_without_using_an_attempt(app: Conveyor) -> None:
+    @app.task
+    async def long_job() -> None:
+        await asyncio.sleep(60)
+
+    async def main() -> None:
+        job = await long_job.enqueue_async()
+        config = dataclasses.replace(FAST, shutdown_timeout=0.2)
+        await run_worker_until(app, in_state(app, job, JobState.RUNNING), config=config)
+        final = await app.get_job_async(job.id)
+        assert final is not None and final.state == JobState.AVAILABLE
+        assert final.attempt == 0 and final.errors == [] and final.lease_token is None
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_many_jobs_each_complete_exactly_once(app: Conveyor) -> None:
+    seen: list[int] = []
+
+    @app.task
+    async def record(i: int) -> None:
+        seen.append(i)
+
+    async def main() -> None:
+        for start in range(0, 1000, 250):
+            await app.enqueue_many_async([record.job(i) for i in range(start, start + 250)])
+        config = dataclasses.replace(FAST, queues={"default": 50}, fetch_limit=64)
+        await run_worker_until(app, all_final(app), config=config)
+        assert (await app.count_jobs_async())["completed"] == 1000
+        await app.close_async()
+
+    asyncio.run(main())
+    assert sorted(seen) == list(range(1000))

@@ -267,7 +267,11 @@ def test_wake_subscribers_hear_about_new_jobs(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
         heard: asyncio.Queue[str] = asyncio.Queue()
         loop = asyncio.get_running_loop()
-        unsubscribe = s.wake_subscribe(lambda q: loop.call_soon_threadsafe(heard.put_nowait, q))
+
+        def on_wake(queue: str) -> None:
+            loop.call_soon_threadsafe(heard.put_nowait, queue)
+
+        unsubscribe = s.wake_subscribe(on_wake)
         try:
             await asyncio.sleep(0.2)  # let a LISTEN connection settle where there is one
             await s.job_insert_many(JobInsertManyParams([ins(queue="wake")]))

@@ -229,8 +229,7 @@ class Conveyor:
     async def migrate_async(self, *, dry_run: bool = False) -> list[Migration]:
         """Apply pending schema migrations (Postgres needs this once per version)."""
         storage = create_storage(self.url, self._hub, 2)
-        open_unchecked = getattr(storage, "open_unchecked", None)
-        await (open_unchecked() if open_unchecked else storage.open())
+        await storage.open(check_schema=False)
         try:
             return await storage.migrate(MigrateParams(dry_run=dry_run))
         finally:

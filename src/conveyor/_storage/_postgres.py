@@ -196,10 +196,6 @@ class PostgresStorage:
                 await self.close()
                 raise
 
-    async def open_unchecked(self) -> None:
-        """``open(check_schema=False)``, under the name ``Conveyor.migrate_async`` looks for."""
-        await self.open(check_schema=False)
-
     async def close(self) -> None:
         task = self._stop_listener()
         if task is not None and task.get_loop() is asyncio.get_running_loop():

@@ -170,8 +170,8 @@ class Storage(Protocol):
     @property
     def capabilities(self) -> Capabilities: ...
 
-    async def open(self) -> None:
-        """Connect, and check (Postgres) or apply (SQLite) the schema."""
+    async def open(self, *, check_schema: bool = True) -> None:
+        """Connect; with ``check_schema``, check (Postgres) or apply (SQLite) the schema."""
 
     async def close(self) -> None: ...
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import queue
 import sqlite3
 import threading
@@ -207,13 +206,15 @@ class SQLiteStorage:
 
     # -- lifecycle --------------------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, *, check_schema: bool = True) -> None:
+        """The embedded database migrates itself: there is no operator to ask."""
         if self._thread is not None:
             return
         self._conn = await asyncio.to_thread(self._connect)
         self._thread = threading.Thread(target=self._serve, name="conveyor-sqlite", daemon=True)
         self._thread.start()
-        await self.migrate(MigrateParams())
+        if check_schema:
+            await self.migrate(MigrateParams())
 
     async def close(self) -> None:
         thread, self._thread = self._thread, None
@@ -426,7 +427,3 @@ class SQLiteStorage:
 
     def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         return self._hub.subscribe(callback)
-
-
-def json_dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))

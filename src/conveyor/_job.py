@@ -58,6 +58,9 @@ class Job:
     lease_token: int | None = None
     lease_expires_at: datetime | None = None
     cancel_requested: bool = False
+    unique_key: str | None = None
+    concurrency_key: str | None = None
+    #: True when enqueue found a live job with the same unique key and returned it.
     duplicate: bool = False
 
     def to_dict(self) -> dict[str, Any]:

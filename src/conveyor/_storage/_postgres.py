@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import re
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -25,11 +25,12 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from .._errors import DatabaseUnavailableError, SchemaError
+from .._errors import ConveyorError, DatabaseUnavailableError, SchemaError
 from .._job import Job
 from . import _protocol as p
+from ._postgres_flow import PostgresFlowMixin
 from ._queries import load_migrations, load_queries
-from ._rows import job_from_row, sort_for_claim
+from ._rows import fill_duplicates, job_from_row, match_inserted, sort_for_claim
 from ._wake import WakeHub
 
 log = logging.getLogger("conveyor.postgres")
@@ -44,11 +45,14 @@ _BACKOFF_MIN, _BACKOFF_MAX = 0.1, 5.0
 _LISTEN_PING = 30.0
 #: Hot statements (claim, ack, heartbeat) are prepared after this many uses.
 _PREPARE_THRESHOLD = 5
+#: Insert rounds for unique jobs whose holder finishes between insert and lookup.
+_UNIQUE_ROUNDS = 3
 #: (query parameter, attribute) pairs sent as one array per column.
 _INSERT_COLUMNS = (
     ("task", "task"), ("queue", "queue"), ("args", "args_json"), ("kwargs", "kwargs_json"),
     ("priority", "priority"), ("max_attempts", "max_attempts"), ("tags", "tags_json"),
-    ("meta", "meta_json"),
+    ("meta", "meta_json"), ("unique_key", "unique_key"), ("unique_states", "unique_states"),
+    ("concurrency_key", "concurrency_key"),
 )
 _ACK_COLUMNS = (
     ("id", "id"), ("lease_token", "lease_token"),
@@ -87,7 +91,7 @@ def _redact(url: str) -> tuple[str, str | None] | None:
     )
 
 
-class PostgresStorage:
+class PostgresStorage(PostgresFlowMixin):
     """Storage on PostgreSQL. Example: ``PostgresStorage(PostgresConfig(url), WakeHub())``"""
 
     def __init__(self, config: PostgresConfig, hub: WakeHub) -> None:
@@ -158,7 +162,7 @@ class PostgresStorage:
         values = {**values, "channel": self._config.channel}
         async with self._conn() as conn:
             cur = await conn.execute(self._q[name], values, prepare=prepare)
-            return await cur.fetchall()
+            return await cur.fetchall() if cur.description is not None else []
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -257,9 +261,8 @@ class PostgresStorage:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def _insert_values(self, params: p.JobInsertManyParams) -> dict[str, Any]:
+    def _insert_values(self, jobs: Sequence[p.JobInsert]) -> dict[str, Any]:
         """Column-wise arrays: the query unnests them, so a batch is one statement."""
-        jobs = params.jobs
         values: dict[str, Any] = {col: [getattr(j, a) for j in jobs] for col, a in _INSERT_COLUMNS}
         values["delay"] = _floats(j.delay for j in jobs)
         # A naive run_at means local time, as datetime.timestamp() reads it on SQLite.
@@ -272,17 +275,27 @@ class PostgresStorage:
     ) -> list[Job]:
         if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
             return self.job_insert_many_sync(params, connection)
-        if not params.jobs:
-            return []
-        values = self._insert_values(params)
-        if connection is None:
-            rows = await self._fetch("job_insert", values)
-        else:  # the caller's connection and transaction; its row factory may not be dicts
-            with self._translate():
-                async with connection.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(self._q["job_insert"], values)
-                    rows = await cur.fetchall()
-        return [job_from_row(r, json_text=False) for r in rows]
+
+        async def run(name: str, values: Mapping[str, Any]) -> list[Job]:
+            if connection is None:
+                rows = await self._fetch(name, values)
+            else:  # the caller's connection and transaction; its rows may not be dicts
+                with self._translate():
+                    async with connection.cursor(row_factory=dict_row) as cur:
+                        await cur.execute(self._q[name], values)
+                        rows = await cur.fetchall()
+            return [job_from_row(r, json_text=False) for r in rows]
+
+        jobs = list(params.jobs)
+        out: list[Job | None] = [None] * len(jobs)
+        for _ in range(_UNIQUE_ROUNDS):  # a holder may finish between insert and lookup
+            if not jobs:
+                break
+            got, missing = match_inserted(jobs, await run("job_insert", self._insert_values(jobs)))
+            if missing:
+                fill_duplicates(got, jobs, await run("job_get_unique", {"unique_keys": missing}))
+            jobs = self._merge(out, got, jobs)
+        return self._complete(out)
 
     def job_insert_many_sync(self, params: p.JobInsertManyParams, connection: Any) -> list[Job]:
         if not isinstance(connection, psycopg.Connection):
@@ -290,12 +303,42 @@ class PostgresStorage:
                 "connection= on the PostgreSQL backend must be a psycopg (3) Connection or "
                 f"AsyncConnection to the same database, not {type(connection).__name__}"
             )
-        if not params.jobs:
-            return []
-        with self._translate(), connection.cursor(row_factory=dict_row) as cur:
-            cur.execute(self._q["job_insert"], self._insert_values(params))
-            rows = cur.fetchall()
-        return [job_from_row(r, json_text=False) for r in rows]
+
+        def run(name: str, values: Mapping[str, Any]) -> list[Job]:
+            with self._translate(), connection.cursor(row_factory=dict_row) as cur:
+                cur.execute(self._q[name], values)
+                return [job_from_row(r, json_text=False) for r in cur.fetchall()]
+
+        jobs = list(params.jobs)
+        out: list[Job | None] = [None] * len(jobs)
+        for _ in range(_UNIQUE_ROUNDS):
+            if not jobs:
+                break
+            got, missing = match_inserted(jobs, run("job_insert", self._insert_values(jobs)))
+            if missing:
+                fill_duplicates(got, jobs, run("job_get_unique", {"unique_keys": missing}))
+            jobs = self._merge(out, got, jobs)
+        return self._complete(out)
+
+    @staticmethod
+    def _merge(
+        out: list[Job | None], got: list[Job | None], jobs: list[p.JobInsert]
+    ) -> list[p.JobInsert]:
+        """Fill the still-empty slots of ``out`` in order; return the jobs to try again."""
+        slots = [i for i, job in enumerate(out) if job is None]
+        again = []
+        for slot, job, spec in zip(slots, got, jobs, strict=True):
+            out[slot] = job
+            if job is None:
+                again.append(spec)
+        return again
+
+    @staticmethod
+    def _complete(out: list[Job | None]) -> list[Job]:
+        done = [job for job in out if job is not None]
+        if len(done) != len(out):
+            raise ConveyorError("unique enqueue kept racing with the key's holder; try again")
+        return done
 
     async def job_fetch_available(self, params: p.JobFetchAvailableParams) -> list[Job]:
         rows = await self._fetch("job_fetch_available", dataclasses.asdict(params))
@@ -329,7 +372,7 @@ class PostgresStorage:
         )
 
     async def job_rescue_expired(self, params: p.JobRescueExpiredParams) -> list[int]:
-        values = {"limit": params.limit, "error": params.error_json}
+        values = {"limit": params.limit, "error": params.error_json, "node_ttl": params.node_ttl}
         return [r["id"] for r in await self._fetch("job_rescue_expired", values)]
 
     async def job_stage_due(self, params: p.JobStageDueParams) -> list[str]:
@@ -365,6 +408,7 @@ class PostgresStorage:
     async def node_upsert(self, params: p.NodeUpsertParams) -> None:
         values = dataclasses.asdict(params)
         values["queues"] = values.pop("queues_json")
+        values["tasks"] = values.pop("tasks_json")
         async with self._conn() as conn:
             await conn.execute(self._q["node_upsert"], values)
 

@@ -13,6 +13,27 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .._job import Job, JobState
+from ._flow_types import (
+    ConcurrencyAcquireParams,
+    ConcurrencyHoldersParams,
+    JobCountAheadParams,
+    JobPruneParams,
+    LeaderElectParams,
+    LeaderResignParams,
+    LeaderRow,
+    NodeListParams,
+    NodeRow,
+    QueueRow,
+    QueueUpdateParams,
+    RateGrant,
+    RateLimitAcquireParams,
+    RateLimitGetParams,
+    ScheduleAdvanceParams,
+    ScheduleDeleteParams,
+    ScheduleRow,
+    ScheduleSetPausedParams,
+    ScheduleUpsertParams,
+)
 
 #: Called with a queue name (or "*" for any queue) when jobs may be ready.
 WakeCallback = Callable[[str], None]
@@ -43,6 +64,11 @@ class JobInsert:
     meta_json: str
     delay: float | None = None
     run_at: datetime | None = None
+    #: Full unique key (period bucket included); None for a job that is not unique.
+    unique_key: str | None = None
+    #: Comma-wrapped states in which the key is held, e.g. ",available,running,".
+    unique_states: str | None = None
+    concurrency_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,6 +127,8 @@ class JobHeartbeatResult:
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobRescueExpiredParams:
     limit: int = 1000
+    #: Jobs of a node whose heartbeat is older than this are rescued too.
+    node_ttl: float = 15.0
     error_json: str = '{"error": "lease expired: the worker stopped heartbeating"}'
 
 
@@ -145,6 +173,7 @@ class NodeUpsertParams:
     hostname: str
     pid: int
     queues_json: str
+    tasks_json: str = "[]"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -214,3 +243,45 @@ class Storage(Protocol):
 
     def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Call ``callback`` when jobs may have become ready; returns an unsubscribe."""
+
+    # -- flow control (sql/<dialect>/flow.sql) ------------------------------------------
+
+    async def clock_now(self) -> datetime:
+        """The database clock: every due time, lease and cron tick is measured on it."""
+
+    async def queue_list(self) -> list[QueueRow]: ...
+
+    async def queue_update(self, params: QueueUpdateParams) -> None: ...
+
+    async def node_list(self, params: NodeListParams) -> list[NodeRow]: ...
+
+    async def leader_elect(self, params: LeaderElectParams) -> LeaderRow | None:
+        """Take or renew the role; returns the holder after the attempt (maybe another)."""
+
+    async def leader_resign(self, params: LeaderResignParams) -> None: ...
+
+    async def schedule_upsert(self, params: ScheduleUpsertParams) -> None: ...
+
+    async def schedule_list(self) -> list[ScheduleRow]: ...
+
+    async def schedule_set_paused(self, params: ScheduleSetPausedParams) -> bool: ...
+
+    async def schedule_advance(self, params: ScheduleAdvanceParams) -> None: ...
+
+    async def schedule_delete(self, params: ScheduleDeleteParams) -> bool: ...
+
+    async def rate_limit_acquire(self, params: RateLimitAcquireParams) -> list[RateGrant]:
+        """Atomically take up to each request's count of starts from its budget."""
+
+    async def rate_limit_get(self, params: RateLimitGetParams) -> float | None:
+        """The key's theoretical arrival time (unix seconds), None if never used."""
+
+    async def job_concurrency_acquire(self, params: ConcurrencyAcquireParams) -> frozenset[int]:
+        """Grant concurrency slots to running jobs, never more than each key's limit."""
+
+    async def job_concurrency_holders(self, params: ConcurrencyHoldersParams) -> list[int]: ...
+
+    async def job_count_ahead(self, params: JobCountAheadParams) -> int: ...
+
+    async def job_prune(self, params: JobPruneParams) -> int:
+        """Delete one bounded batch of old finished jobs (and stale nodes); return count."""

@@ -1,7 +1,7 @@
-"""Named-query loader: each dialect keeps its SQL in ``sql/<dialect>/queries.sql``.
+"""Named-query loader: each dialect keeps its SQL in ``sql/<dialect>/*.sql`` files.
 
 A query starts at a ``-- name: <name>`` line and runs to the next one. Both dialects
-must define the same names; a test checks it.
+must define the same names in files of the same names; a test checks it.
 """
 
 from __future__ import annotations
@@ -16,14 +16,18 @@ _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
 def load_queries(dialect: str) -> dict[str, str]:
-    """Return ``{name: sql}`` for one dialect."""
-    text = resources.files(__package__).joinpath("sql", dialect, "queries.sql").read_text("utf-8")
-    parts = _NAME.split(text)
+    """Return ``{name: sql}`` for one dialect, from every ``*.sql`` file of its folder
+    (one file per area: jobs, queues, cron...); a name defined twice is an error."""
+    folder = resources.files(__package__).joinpath("sql", dialect)
     queries: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        if name in queries:
-            raise ValueError(f"query {name!r} defined twice for {dialect}")
-        queries[name] = body.strip().rstrip(";")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        parts = _NAME.split(entry.read_text("utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise ValueError(f"query {name!r} defined twice for {dialect}")
+            queries[name] = body.strip().rstrip(";")
     return queries
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from .._job import Job, JobState
+from ._protocol import JobInsert
 
 
 def _ts(value: Any) -> datetime | None:
@@ -49,6 +51,8 @@ def job_from_row(row: Mapping[str, Any], json_text: bool) -> Job:
         lease_token=row["lease_token"],
         lease_expires_at=_ts(row["lease_expires_at"]),
         cancel_requested=bool(row["cancel_requested"]),
+        unique_key=row["unique_key"],
+        concurrency_key=row["concurrency_key"],
     )
 
 
@@ -56,3 +60,42 @@ def sort_for_claim(jobs: list[Job]) -> list[Job]:
     """RETURNING order is not guaranteed; run claimed jobs in claim order."""
     jobs.sort(key=lambda j: (-j.priority, j.scheduled_at, j.id))
     return jobs
+
+
+def match_inserted(
+    jobs: Sequence[JobInsert], rows: Sequence[Job]
+) -> tuple[list[Job | None], list[str]]:
+    """Pair each requested job with its inserted row; a unique conflict leaves a gap.
+
+    Rows come back in id order, which is the order of the request. Returns the pairing
+    and the unique keys whose holders must be looked up.
+    """
+    inserted = iter(sorted(rows, key=lambda j: j.id))
+    keys = {r.unique_key for r in rows if r.unique_key is not None}
+    used: set[str] = set()
+    out: list[Job | None] = []
+    missing: list[str] = []
+    for job in jobs:
+        key = job.unique_key
+        if key is None or (key in keys and key not in used):
+            if key is not None:
+                used.add(key)
+            row = next(inserted)
+            assert row.unique_key == key, "inserted rows out of request order"
+            out.append(row)
+        else:
+            out.append(None)
+            missing.append(key)
+    return out, missing
+
+
+def fill_duplicates(
+    out: list[Job | None], jobs: Sequence[JobInsert], holders: Sequence[Job]
+) -> list[int]:
+    """Put each key's live holder, marked duplicate, in the gaps; return gaps left (the
+    holder finished in between, so the insert must be tried again)."""
+    by_key = {j.unique_key: j for j in holders}
+    for i, job in enumerate(jobs):
+        if out[i] is None and job.unique_key in by_key:
+            out[i] = dataclasses.replace(by_key[job.unique_key], duplicate=True)
+    return [i for i, j in enumerate(out) if j is None]

@@ -41,6 +41,7 @@ from ._protocol import (
 )
 from ._queries import load_migrations, load_queries
 from ._rows import job_from_row, sort_for_claim
+from ._sqlite_flow import SQLiteFlowMixin
 from ._wake import WakeHub
 
 T = TypeVar("T")
@@ -67,6 +68,9 @@ def _insert_values(job: JobInsert) -> dict[str, Any]:
         "meta": job.meta_json,
         "delay": job.delay,
         "run_at": job.run_at.timestamp() if job.run_at is not None else None,
+        "unique_key": job.unique_key,
+        "unique_states": job.unique_states,
+        "concurrency_key": job.concurrency_key,
     }
 
 
@@ -83,7 +87,7 @@ def _split_script(script: str) -> list[str]:
     return statements
 
 
-class SQLiteStorage:
+class SQLiteStorage(SQLiteFlowMixin):
     """Storage on one SQLite file. Example: ``SQLiteStorage(SQLiteConfig("jobs.db"), WakeHub())``"""
 
     def __init__(self, config: SQLiteConfig, hub: WakeHub) -> None:
@@ -261,11 +265,16 @@ class SQLiteStorage:
     # -- jobs ---------------------------------------------------------------------------
 
     def _insert_rows(self, conn: sqlite3.Connection, params: JobInsertManyParams) -> list[Job]:
-        sql = self._q["job_insert"]
-        return [
-            job_from_row(conn.execute(sql, _insert_values(job)).fetchone(), json_text=True)
-            for job in params.jobs
-        ]
+        sql, out = self._q["job_insert"], []
+        for job in params.jobs:
+            row = conn.execute(sql, _insert_values(job)).fetchone()
+            if row is None:  # a live job holds the unique key: return it instead
+                row = conn.execute(self._q["job_get_unique"], {"unique_key": job.unique_key})
+                out.append(dataclasses.replace(
+                    job_from_row(row.fetchone(), json_text=True), duplicate=True))
+            else:
+                out.append(job_from_row(row, json_text=True))
+        return out
 
     async def job_insert_many(
         self, params: JobInsertManyParams, connection: Any = None
@@ -350,7 +359,8 @@ class SQLiteStorage:
     async def job_rescue_expired(self, params: JobRescueExpiredParams) -> list[int]:
         def run(conn: sqlite3.Connection) -> list[int]:
             rows = conn.execute(
-                self._q["job_rescue_expired"], {"limit": params.limit, "error": params.error_json}
+                self._q["job_rescue_expired"],
+                {"limit": params.limit, "error": params.error_json, "node_ttl": params.node_ttl},
             ).fetchall()
             return [r["id"] for r in rows]
 
@@ -417,6 +427,7 @@ class SQLiteStorage:
     async def node_upsert(self, params: NodeUpsertParams) -> None:
         values = dataclasses.asdict(params)
         values["queues"] = values.pop("queues_json")
+        values["tasks"] = values.pop("tasks_json")
         await self._call(lambda c: self._write(c, lambda c2: c2.execute(self._q["node_upsert"],
                                                                          values)))
 

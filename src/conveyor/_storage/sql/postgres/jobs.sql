@@ -10,19 +10,24 @@
 WITH inserted AS (
     INSERT INTO conveyor_jobs
         (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
-         scheduled_at, created_at)
+         scheduled_at, created_at, unique_key, unique_states, concurrency_key)
     SELECT b.task, b.queue, b.args::jsonb, b.kwargs::jsonb, b.priority, b.max_attempts,
            b.tags::jsonb, b.meta::jsonb,
-           CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now()
+           CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
+           b.unique_key, b.unique_states, b.concurrency_key
     FROM unnest(%(task)s::text[], %(queue)s::text[], %(args)s::text[], %(kwargs)s::text[],
                 %(priority)s::smallint[], %(max_attempts)s::integer[], %(tags)s::text[],
-                %(meta)s::text[], %(delay)s::float8[], %(run_at)s::timestamptz[])
+                %(meta)s::text[], %(delay)s::float8[], %(run_at)s::timestamptz[],
+                %(unique_key)s::text[], %(unique_states)s::text[], %(concurrency_key)s::text[])
          WITH ORDINALITY
-         AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at, ord)
+         AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at,
+              unique_key, unique_states, concurrency_key, ord)
     CROSS JOIN LATERAL (
         SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
     ) AS d
     ORDER BY b.ord
+    -- A live job already holds one of these unique keys: skip the row, keep the rest.
+    ON CONFLICT DO NOTHING
     RETURNING *
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n
@@ -30,6 +35,11 @@ WITH inserted AS (
 )
 SELECT inserted.* FROM inserted CROSS JOIN woken
 ORDER BY inserted.id;
+
+-- name: job_get_unique
+SELECT * FROM conveyor_jobs
+WHERE unique_key = ANY(%(unique_keys)s::text[])
+  AND strpos(unique_states, ',' || state || ',') > 0;
 
 -- name: job_fetch_available
 UPDATE conveyor_jobs AS j
@@ -107,7 +117,11 @@ WITH rescued AS (
         lease_expires_at = NULL
     FROM (
         SELECT id FROM conveyor_jobs
-        WHERE state = 'running' AND lease_expires_at < now()
+        WHERE state = 'running'
+          AND (lease_expires_at < now()
+               -- its node stopped heartbeating: rescue before a long lease runs out
+               OR lease_owner IN (SELECT id FROM conveyor_nodes WHERE heartbeat_at
+                                  < now() - %(node_ttl)s::float8 * interval '1 second'))
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS e
@@ -182,10 +196,11 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY state;
 
 -- name: node_upsert
-INSERT INTO conveyor_nodes (id, hostname, pid, queues, started_at, heartbeat_at)
-VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::integer, %(queues)s::jsonb, now(), now())
+INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, started_at, heartbeat_at)
+VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::integer, %(queues)s::jsonb, %(tasks)s::jsonb,
+        now(), now())
 ON CONFLICT (id) DO UPDATE
-SET queues = excluded.queues, heartbeat_at = excluded.heartbeat_at;
+SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at;
 
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = %(id)s::text;

@@ -2,13 +2,24 @@
 -- "Now" is always the database clock: (julianday('now') - 2440587.5) * 86400.0 in unix seconds.
 
 -- name: job_insert
+-- A live job already holding the unique key makes this insert do nothing.
 INSERT INTO conveyor_jobs
-    (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at)
+    (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at,
+     unique_key, unique_states, concurrency_key)
 SELECT :task, :queue, :args, :kwargs, :priority, :max_attempts, :tags, :meta,
-       CASE WHEN due > now THEN 'scheduled' ELSE 'available' END, due, now
+       CASE WHEN due > now THEN 'scheduled' ELSE 'available' END, due, now,
+       :unique_key, :unique_states, :concurrency_key
 FROM (SELECT coalesce(:run_at, now + coalesce(:delay, 0.0)) AS due, now
       FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now))
+WHERE true
+ON CONFLICT DO NOTHING
 RETURNING *;
+
+-- name: job_get_unique
+-- One key per call on SQLite (the caller loops inside its transaction).
+SELECT * FROM conveyor_jobs
+WHERE unique_key = :unique_key
+  AND instr(unique_states, ',' || state || ',') > 0;
 
 -- name: job_fetch_available
 UPDATE conveyor_jobs
@@ -71,7 +82,11 @@ SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled'
     lease_expires_at = NULL
 WHERE id IN (
     SELECT id FROM conveyor_jobs
-    WHERE state = 'running' AND lease_expires_at < (julianday('now') - 2440587.5) * 86400.0
+    WHERE state = 'running'
+      AND (lease_expires_at < (julianday('now') - 2440587.5) * 86400.0
+           -- its node stopped heartbeating: rescue before a long lease runs out
+           OR lease_owner IN (SELECT id FROM conveyor_nodes WHERE heartbeat_at
+                              < (julianday('now') - 2440587.5) * 86400.0 - :node_ttl))
     LIMIT :limit
 )
 RETURNING id, queue;
@@ -126,11 +141,11 @@ WHERE (:queue IS NULL OR queue = :queue)
 GROUP BY state;
 
 -- name: node_upsert
-INSERT INTO conveyor_nodes (id, hostname, pid, queues, started_at, heartbeat_at)
-VALUES (:id, :hostname, :pid, :queues,
+INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, started_at, heartbeat_at)
+VALUES (:id, :hostname, :pid, :queues, :tasks,
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
 ON CONFLICT (id) DO UPDATE
-SET queues = excluded.queues, heartbeat_at = excluded.heartbeat_at;
+SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at;
 
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = :id;

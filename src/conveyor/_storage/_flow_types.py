@@ -1,0 +1,198 @@
+"""Params and rows of the flow-control part of the storage protocol: queues, nodes,
+leadership, schedules, rate and concurrency limits, retention."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueRow:
+    name: str
+    paused: bool
+    concurrency: int | None
+    scope: str
+    rate_limit: str | None
+    updated_at: datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueUpdateParams:
+    """Upsert one queue; only the fields whose ``set_*`` flag is true change."""
+
+    name: str
+    paused: bool | None = None
+    concurrency: int | None = None
+    scope: str | None = None
+    rate_limit: str | None = None
+    set_paused: bool = False
+    set_concurrency: bool = False
+    set_rate_limit: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeRow:
+    id: str
+    hostname: str
+    pid: int
+    queues: dict[str, int]
+    tasks: list[str]
+    started_at: datetime
+    heartbeat_at: datetime
+    alive: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeListParams:
+    #: A node is alive if it heartbeat within this many seconds.
+    live_within: float = 15.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaderRow:
+    name: str
+    node_id: str
+    term: int
+    elected_at: datetime
+    expires_at: datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaderElectParams:
+    node_id: str
+    ttl: float
+    name: str = "leader"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LeaderResignParams:
+    node_id: str
+    name: str = "leader"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    name: str
+    task: str
+    cron: str
+    timezone: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str | None
+    priority: int | None
+    misfire: str
+    backfill: int
+    paused: bool
+    last_tick: datetime | None
+    last_job_id: int | None
+    created_at: datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleUpsertParams:
+    name: str
+    task: str
+    cron: str
+    timezone: str
+    args_json: str
+    kwargs_json: str
+    queue: str | None
+    priority: int | None
+    misfire: str
+    backfill: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleSetPausedParams:
+    name: str
+    paused: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleAdvanceParams:
+    name: str
+    tick: datetime
+    job_id: int | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScheduleDeleteParams:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateRequest:
+    """Ask for ``count`` starts under a GCRA limit of one start per ``interval`` seconds
+    with a burst of ``burst``."""
+
+    key: str
+    interval: float
+    burst: int
+    count: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateGrant:
+    granted: int
+    #: Seconds until the next start would be allowed (0 when all were granted).
+    wait: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateLimitAcquireParams:
+    requests: Sequence[RateRequest]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateLimitGetParams:
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConcurrencyGroup:
+    key: str
+    limit: int
+    #: (job id, lease token) of running jobs asking for a slot, in claim order.
+    leases: Sequence[tuple[int, int]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConcurrencyAcquireParams:
+    groups: Sequence[ConcurrencyGroup]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ConcurrencyHoldersParams:
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobCountAheadParams:
+    id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobPruneParams:
+    completed_age: float
+    discarded_age: float
+    limit: int = 1000
+    node_age: float = 3600.0
+
+
+def gcra(tat: float | None, now: float, request: RateRequest) -> tuple[int, float, float]:
+    """Generic cell rate algorithm: how many of ``request.count`` may start now.
+
+    Returns (granted, new theoretical arrival time, seconds until the next start).
+    With burst 1, starts are spaced ``interval`` apart, so any window of the limit's
+    period holds at most its count; a burst of b allows b - 1 more.
+    """
+    interval, tau = request.interval, (request.burst - 1) * request.interval
+    t = max(tat if tat is not None else now, now)
+    room = tau - (t - now)
+    granted = 0 if room < -1e-9 else min(request.count, int((room + 1e-9) // interval) + 1)
+    t += granted * interval
+    wait = 0.0 if granted == request.count else max(t - tau - now, 0.0)
+    return granted, t, wait

@@ -16,8 +16,10 @@ Example::
 """
 
 from ._app import Conveyor
+from ._app_flow import QueueInfo, ScheduleInfo, ScheduleNotFoundError
 from ._config import ConveyorConfig, WorkerConfig
 from ._context import JobContext, current_job
+from ._cron import Schedule
 from ._errors import (
     Cancel,
     ConveyorError,
@@ -28,8 +30,11 @@ from ._errors import (
     PayloadTooLargeError,
     SchemaError,
     Snooze,
+    Throttle,
 )
+from ._explain import Explanation
 from ._job import Job, JobState
+from ._limits import RateLimit, Unique
 from ._task import JobSpec, Task, TaskWithOptions
 
 __version__ = "0.1.0"
@@ -41,6 +46,7 @@ __all__ = [
     "ConveyorError",
     "DatabaseUnavailableError",
     "Discard",
+    "Explanation",
     "InvalidStateError",
     "Job",
     "JobContext",
@@ -48,10 +54,17 @@ __all__ = [
     "JobSpec",
     "JobState",
     "PayloadTooLargeError",
+    "QueueInfo",
+    "RateLimit",
+    "Schedule",
+    "ScheduleInfo",
+    "ScheduleNotFoundError",
     "SchemaError",
     "Snooze",
     "Task",
     "TaskWithOptions",
+    "Throttle",
+    "Unique",
     "WorkerConfig",
     "__version__",
     "current_job",

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
 from . import _payload
+from ._app_flow import FlowControl
 from ._config import ConveyorConfig, WorkerConfig, url_from_env
+from ._cron import Schedule
 from ._errors import InvalidStateError, JobNotFoundError
 from ._job import Job, JobState
+from ._limits import KeyFunc, RateLimit, Unique
 from ._portal import Portal
 from ._storage import Storage, WakeHub, create_storage
 from ._storage._protocol import (
@@ -27,9 +30,10 @@ from ._task import Backoff, JobSpec, Task, TaskDecorator, TaskOptions
 
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 
 
-class Conveyor:
+class Conveyor(FlowControl):
     """A job queue bound to one database.
 
     Example::
@@ -46,6 +50,7 @@ class Conveyor:
         self.url = url if url is not None else url_from_env()
         self.config = config or ConveyorConfig()
         self.tasks: dict[str, Task[Any, Any]] = {}
+        self.schedules: dict[str, Schedule] = {}
         self._hub = WakeHub()
         # Fail on a malformed URL now, not at the first enqueue.
         self._offline = create_storage(self.url, self._hub, self.config.pool_max_size)
@@ -72,6 +77,10 @@ class Conveyor:
         timeout: float | None = None,
         backoff: Backoff | float | None = None,
         tags: Sequence[str] = (),
+        unique: Unique | None = None,
+        rate_limit: RateLimit | str | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeyFunc | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -85,6 +94,10 @@ class Conveyor:
         timeout: float | None = None,
         backoff: Backoff | float | None = None,
         tags: Sequence[str] = (),
+        unique: Unique | None = None,
+        rate_limit: RateLimit | str | None = None,
+        concurrency: int | None = None,
+        concurrency_key: KeyFunc | None = None,
     ) -> Any:
         """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``)."""
 
@@ -94,6 +107,12 @@ class Conveyor:
                 raise ValueError(f"task {task_name!r} is already registered; pass name=")
             if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
                 raise ValueError("timeout must be a positive number of seconds")
+            limit = concurrency if concurrency is not None or concurrency_key is None else 1
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                      or limit < 1):
+                raise ValueError("concurrency must be an int >= 1")
+            if unique is not None and not isinstance(unique, Unique):
+                raise TypeError("unique= takes a conveyor.Unique(...)")
             options = TaskOptions(
                 name=task_name,
                 queue=_payload.check_queue_name(queue),
@@ -102,6 +121,10 @@ class Conveyor:
                 timeout=timeout,
                 backoff=backoff,
                 tags=tuple(_payload.check_tags(tags)),
+                unique=unique,
+                rate_limit=RateLimit(rate_limit) if isinstance(rate_limit, str) else rate_limit,
+                concurrency=limit,
+                concurrency_key=concurrency_key,
             )
             task = Task(self, func, options)
             self.tasks[task_name] = task
@@ -132,6 +155,10 @@ class Conveyor:
         storage = self._storages.pop(asyncio.get_running_loop(), None)
         if storage is not None:
             await storage.close()
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """The one bridge from the sync API to the async core."""
+        return self._portal.call(coro)
 
     def close(self) -> None:
         """Close the sync API's connections and its background loop."""

@@ -54,6 +54,18 @@ class WorkerConfig:
     sync_threads: int | None = None
     #: Largest number of jobs claimed in one round trip.
     fetch_limit: int = 500
+    #: A node silent for this long is dead: its jobs are rescued, its share rebalanced.
+    node_ttl: float = 15.0
+    #: The leader's lease; a dead leader is replaced within it.
+    leader_ttl: float = 15.0
+    cron_interval: float = 1.0
+    #: How often queue settings (pause, concurrency, rate) are read from the database.
+    settings_interval: float = 1.0
+    prune_interval: float = 60.0
+    #: Completed and cancelled jobs are deleted after this many seconds.
+    completed_retention: float = 86_400.0
+    #: Discarded jobs are kept longer, for inspection and manual retry.
+    discarded_retention: float = 7 * 86_400.0
 
     def __post_init__(self) -> None:
         if not self.queues:

@@ -64,3 +64,17 @@ class Discard(_JobSignal):
     def __init__(self, reason: str = "") -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class Throttle(_JobSignal):
+    """Say the upstream throttled this job: it runs again after ``retry_after`` seconds
+    without using an attempt, and this worker's fetch from the queue backs off as long.
+
+    Example: ``raise Throttle(retry_after=30)``
+    """
+
+    def __init__(self, retry_after: float = 1.0) -> None:
+        if not isinstance(retry_after, int | float) or retry_after < 0:
+            raise TypeError("Throttle(retry_after) needs a number of seconds >= 0")
+        super().__init__(f"throttled for {retry_after}s")
+        self.retry_after = float(retry_after)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import _payload
 from ._job import Job
+from ._limits import KeyFunc, RateLimit, Unique
 from ._storage._protocol import JobInsert
 
 if TYPE_CHECKING:
@@ -33,6 +34,11 @@ class TaskOptions:
     timeout: float | None = None
     backoff: Backoff | float | None = None
     tags: tuple[str, ...] = ()
+    unique: Unique | None = None
+    rate_limit: RateLimit | None = None
+    #: Cluster-wide cap on running jobs of this task (per concurrency_key when given).
+    concurrency: int | None = None
+    concurrency_key: KeyFunc | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -47,6 +53,7 @@ class EnqueueOptions:
     tags: Sequence[str] | None = None
     meta: Mapping[str, Any] | None = None
     connection: Any = None
+    unique_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,6 +80,15 @@ class JobSpec:
         ):
             raise ValueError("run_at must be a timezone-aware datetime")
         tags = list(defaults.tags) + _payload.check_tags(opts.tags or [])
+        unique_key = unique_states = None
+        if defaults.unique is not None or opts.unique_key is not None:
+            unique = defaults.unique or Unique()
+            if opts.unique_key is not None and not isinstance(opts.unique_key, str):
+                raise TypeError("unique_key must be a string")
+            unique_key = unique.full_key(
+                name, opts.unique_key, self.args, self.kwargs, args_json, kwargs_json
+            )
+            unique_states = unique.states_text
         return JobInsert(
             task=name,
             queue=_payload.check_queue_name(opts.queue or defaults.queue),
@@ -88,7 +104,19 @@ class JobSpec:
             meta_json=_payload.encode_meta(name, opts.meta or {}, max_payload_bytes),
             delay=_payload.check_delay(opts.delay),
             run_at=opts.run_at,
+            unique_key=unique_key,
+            unique_states=unique_states,
+            concurrency_key=self.concurrency_key(),
         )
+
+    def concurrency_key(self) -> str | None:
+        """The key whose running jobs count against the task's concurrency limit."""
+        defaults = self.task.defaults
+        if defaults.concurrency is None:
+            return None
+        if defaults.concurrency_key is None:
+            return defaults.name
+        return f"{defaults.name}:{defaults.concurrency_key(*self.args, **self.kwargs)}"
 
 
 class _Enqueuer(Generic[P]):
@@ -175,11 +203,14 @@ class Task(_Enqueuer[P], Generic[P, R]):
         tags: Sequence[str] | None = None,
         meta: Mapping[str, Any] | None = None,
         connection: Any = None,
+        unique_key: str | None = None,
     ) -> TaskWithOptions[P]:
         """Override defaults for one enqueue. Example: ``task.options(delay=30).enqueue()``"""
         if delay is not None and run_at is not None:
             raise ValueError("give delay= or run_at=, not both")
-        opts = EnqueueOptions(queue, priority, delay, run_at, max_attempts, tags, meta, connection)
+        opts = EnqueueOptions(
+            queue, priority, delay, run_at, max_attempts, tags, meta, connection, unique_key
+        )
         return TaskWithOptions(self, opts)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .. import _payload
 from .._context import JobContext, reset_current, set_current
-from .._errors import Cancel, Discard, Snooze
+from .._errors import Cancel, Discard, Snooze, Throttle
 from .._job import Job, JobState
 from .._storage._protocol import JobAck
 
@@ -42,6 +42,8 @@ class Execution:
     task: asyncio.Task[JobAck | None] | None = None
     stop_reason: StopReason | None = None
     handler_is_async: bool = True
+    #: Seconds the handler asked its queue to back off (``raise Throttle``).
+    throttle: float | None = None
 
     def stop(self, reason: StopReason) -> None:
         if self.stop_reason is None:
@@ -147,6 +149,10 @@ class Executor:
         except Snooze as s:
             state = JobState.SCHEDULED if s.seconds > 0 else JobState.AVAILABLE
             return self._ack(ex, state, delay=s.seconds, attempt_delta=-1)
+        except Throttle as t:
+            ex.throttle = t.retry_after
+            state = JobState.SCHEDULED if t.retry_after > 0 else JobState.AVAILABLE
+            return self._ack(ex, state, delay=t.retry_after, attempt_delta=-1)
         except Cancel as c:
             return self._ack(ex, JobState.CANCELLED, error_json=self._error(ex, f"cancelled: {c.reason}"))
         except Discard as d:

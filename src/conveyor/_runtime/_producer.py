@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from .._job import Job
+from .._limits import RateLimit
 from .._storage import Storage
 from .._storage._protocol import JobFetchAvailableParams
 
 log = logging.getLogger("conveyor.producer")
 
+#: Admits claimed jobs past rate and concurrency limits; returns those that may run now.
+Admit = Callable[[list[Job], "Producer"], Awaitable[list[Job]]]
+
 
 class Producer:
     """Demand-driven: demand = limit - running. Wakes on a notification, on a freed
-    slot, or after the poll interval, whichever comes first."""
+    slot, or after the poll interval, whichever comes first. Live queue settings
+    (pause, limit, rate limit) arrive through ``apply``."""
 
     def __init__(
         self,
@@ -26,9 +31,15 @@ class Producer:
         lease_ttl: float,
         fetch_limit: int,
         start: Callable[[Job, Producer], None],
+        admit: Admit | None = None,
     ) -> None:
         self.queue = queue
+        #: The limit this node was started with (-q / -c); settings may override it.
+        self.configured_limit = limit
         self.limit = limit
+        self.paused = False
+        #: A queue-wide rate limit set at runtime (``set_queue_rate_limit``).
+        self.rate_limit: RateLimit | None = None
         self.running = 0
         #: True after a fetch found nothing and nothing runs here (burst mode uses it).
         self.idle = False
@@ -39,8 +50,10 @@ class Producer:
         self._lease_ttl = lease_ttl
         self._fetch_limit = fetch_limit
         self._start = start
+        self._admit = admit
         self._wake = asyncio.Event()
         self._poll = storage.capabilities.poll_interval
+        self._hold_until = 0.0
 
     def wake(self) -> None:
         self._wake.set()
@@ -49,35 +62,53 @@ class Producer:
         self.running -= 1
         self._wake.set()
 
+    def apply(self, *, paused: bool, limit: int, rate_limit: RateLimit | None) -> None:
+        """Take new live settings; a resumed or widened queue fetches at once."""
+        if paused != self.paused or limit != self.limit:
+            log.info("queue %r: paused=%s limit=%d", self.queue, paused, limit)
+        if (self.paused and not paused) or limit > self.limit:
+            self._wake.set()
+        self.paused, self.limit, self.rate_limit = paused, limit, rate_limit
+
+    def hold(self, seconds: float) -> None:
+        """Back off fetching (the upstream throttled a job of this queue)."""
+        loop = asyncio.get_running_loop()
+        self._hold_until = max(self._hold_until, loop.time() + seconds)
+
     async def run_once(self) -> int:
         """Claim up to the free capacity and start each job; returns how many."""
         demand = min(self.limit - self.running, self._fetch_limit)
-        if demand <= 0:
+        if self.paused or demand <= 0:
+            self.idle, self.saturated = self.running == 0, False
             return 0
         jobs = await self._storage.job_fetch_available(
             JobFetchAvailableParams(self.queue, demand, self._owner, self._lease_ttl)
         )
-        for job in jobs:
-            self.running += 1
-            self._start(job, self)
         self.idle = not jobs and self.running == 0
         self.saturated = len(jobs) == demand
-        return len(jobs)
+        admitted = await self._admit(jobs, self) if self._admit is not None and jobs else jobs
+        for job in admitted:
+            self.running += 1
+            self._start(job, self)
+        return len(admitted)
 
     async def run(self, stopping: asyncio.Event) -> None:
         failures = 0
+        loop = asyncio.get_running_loop()
         while not stopping.is_set():
             self._wake.clear()
-            try:
-                claimed = await self.run_once()
-                failures = 0
-            except Exception as exc:
-                failures += 1
-                claimed = 0
-                log.warning("fetch from queue %r failed: %s", self.queue, exc)
-            if claimed and self.saturated and self.running < self.limit:
-                continue  # maybe more waiting: ask again at once
-            timeout = self._poll * min(2**failures, 16)
+            held = self._hold_until - loop.time()
+            claimed = 0
+            if held <= 0:
+                try:
+                    claimed = await self.run_once()
+                    failures = 0
+                except Exception as exc:
+                    failures += 1
+                    log.warning("fetch from queue %r failed: %s", self.queue, exc)
+                if claimed and self.saturated and self.running < self.limit:
+                    continue  # maybe more waiting: ask again at once
+            timeout = held if held > 0 else self._poll * min(2**failures, 16)
             waiter = asyncio.ensure_future(self._wake.wait())
             stopper = asyncio.ensure_future(stopping.wait())
             await asyncio.wait({waiter, stopper}, timeout=timeout,

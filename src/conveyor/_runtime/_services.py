@@ -6,7 +6,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from .._storage import Storage
 from .._storage._protocol import (
@@ -39,6 +39,7 @@ class Heartbeat(Service):
         executions: Callable[[], list[Execution]],
         interval: float,
         lease_ttl: float,
+        tasks: Sequence[str] = (),
     ) -> None:
         self._storage = storage
         self._executions = executions
@@ -46,7 +47,7 @@ class Heartbeat(Service):
         self._lease_ttl = lease_ttl
         self._node = NodeUpsertParams(
             id=node_id, hostname=socket.gethostname(), pid=os.getpid(),
-            queues_json=json.dumps(dict(queues)),
+            queues_json=json.dumps(dict(queues)), tasks_json=json.dumps(sorted(tasks)),
         )
 
     async def run_once(self) -> tuple[int, int]:
@@ -77,12 +78,13 @@ class Rescuer(Service):
 
     name = "rescuer"
 
-    def __init__(self, storage: Storage, interval: float) -> None:
+    def __init__(self, storage: Storage, interval: float, node_ttl: float = 15.0) -> None:
         self._storage = storage
         self.interval = interval
+        self._params = JobRescueExpiredParams(node_ttl=node_ttl)
 
     async def run_once(self) -> list[int]:
-        ids = await self._storage.job_rescue_expired(JobRescueExpiredParams())
+        ids = await self._storage.job_rescue_expired(self._params)
         if ids:
             log.warning("rescued %d job(s) whose lease expired: %s", len(ids), ids[:20])
         return ids

@@ -20,6 +20,8 @@ from .._storage import Storage
 from .._storage._protocol import JobAck, NodeDeleteParams
 from ._acker import Acker
 from ._executor import Execution, Executor
+from ._flow import CronScheduler, LeaderElector, Pruner, QueueSettings
+from ._gates import Gates
 from ._producer import Producer
 from ._services import Heartbeat, Rescuer, Stager
 
@@ -43,16 +45,24 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.executor = Executor(app, config.sync_threads or min(sum(config.queues.values()), 256))
         self.acker = Acker(storage, self._on_flushed)
+        self.gates = Gates(app, storage, self.acker.push)
         self.producers = {
             queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,
-                            config.fetch_limit, self._start)
+                            config.fetch_limit, self._start, self.gates.admit)
             for queue, limit in config.queues.items()
         }
         self.heartbeat = Heartbeat(storage, self.node_id, config.queues,
                                    lambda: list(self._executions.values()),
-                                   config.heartbeat_interval, config.lease_ttl)
-        self.rescuer = Rescuer(storage, min(config.rescue_interval, config.lease_ttl / 2))
+                                   config.heartbeat_interval, config.lease_ttl, list(app.tasks))
+        self.rescuer = Rescuer(storage, min(config.rescue_interval, config.lease_ttl / 2),
+                               config.node_ttl)
         self.stager = Stager(storage, config.stage_interval)
+        self.leader = LeaderElector(storage, self.node_id, config.leader_ttl)
+        self.cron = CronScheduler(app, storage, self.leader, config.cron_interval)
+        self.pruner = Pruner(storage, self.leader, config.prune_interval,
+                             config.completed_retention, config.discarded_retention)
+        self.settings = QueueSettings(storage, self.node_id, self.producers,
+                                      config.settings_interval, config.node_ttl)
         self.completed = 0
 
     # -- executions ----------------------------------------------------------------------
@@ -70,6 +80,8 @@ class Worker:
             ack = None
         finally:
             producer.finished()
+        if ex.throttle is not None:
+            producer.hold(ex.throttle)
         if ack is None:
             self._executions.pop(ex.job.id, None)
         else:
@@ -109,11 +121,15 @@ class Worker:
         unsubscribe = self._storage.wake_subscribe(self._on_wake)
         restore = self._install_signals()
         await self.heartbeat.run_once()
+        await self.app.declare_schedules(self._storage)
+        await self.settings.run_once()
+        await self.leader.run_once()
         log.info("worker %s started on queues %s", self.node_id, dict(self.config.queues))
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.acker.run(self._services_stop))
-                for service in (self.heartbeat, self.rescuer, self.stager):
+                for service in (self.heartbeat, self.rescuer, self.stager, self.leader,
+                                self.cron, self.pruner, self.settings):
                     group.create_task(service.run(self._services_stop))
                 for producer in self.producers.values():
                     group.create_task(producer.run(self._stopping))
@@ -126,6 +142,8 @@ class Worker:
             self.executor.shutdown()
             with contextlib.suppress(Exception):
                 await self._storage.node_delete(NodeDeleteParams(self.node_id))
+            with contextlib.suppress(Exception):
+                await self.leader.resign()
         log.info("worker %s stopped", self.node_id)
 
     async def _shutdown_when_stopping(self) -> None:

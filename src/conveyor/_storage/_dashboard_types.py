@@ -30,8 +30,8 @@ class JobFilter:
     tag: str | None = None
     #: Case-insensitive substring of the JSON of args and kwargs.
     text: str | None = None
-    #: The job's last error starts with this (a failure group's key).
-    error_prefix: str | None = None
+    #: A failure group's key: the first line of the job's last error (200 chars at most).
+    error_key: str | None = None
     ids: tuple[int, ...] = ()
 
 

@@ -68,6 +68,11 @@ class LeaderElectParams:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class LeaderGetParams:
+    name: str = "leader"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class LeaderResignParams:
     node_id: str
     name: str = "leader"

@@ -28,6 +28,7 @@ from psycopg_pool import AsyncConnectionPool
 from .._errors import ConveyorError, DatabaseUnavailableError, SchemaError
 from .._job import Job
 from . import _protocol as p
+from ._postgres_dashboard import PostgresDashboardMixin
 from ._postgres_flow import PostgresFlowMixin
 from ._queries import load_migrations, load_queries
 from ._rows import fill_duplicates, job_from_row, match_inserted, sort_for_claim
@@ -91,7 +92,7 @@ def _redact(url: str) -> tuple[str, str | None] | None:
     )
 
 
-class PostgresStorage(PostgresFlowMixin):
+class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
     """Storage on PostgreSQL. Example: ``PostgresStorage(PostgresConfig(url), WakeHub())``"""
 
     def __init__(self, config: PostgresConfig, hub: WakeHub) -> None:

@@ -23,6 +23,7 @@ from ._flow_types import (
     JobCountAheadParams,
     JobPruneParams,
     LeaderElectParams,
+    LeaderGetParams,
     LeaderResignParams,
     LeaderRow,
     NodeListParams,
@@ -81,6 +82,10 @@ class PostgresFlowMixin:
         async with self._transaction() as conn:
             await self._exec(conn, "leader_elect", dataclasses.asdict(params))
             rows = await self._exec(conn, "leader_get", {"name": params.name})
+        return leader_row(rows[0]) if rows else None
+
+    async def leader_get(self, params: LeaderGetParams) -> LeaderRow | None:
+        rows = await self._fetch("leader_get", {"name": params.name})
         return leader_row(rows[0]) if rows else None
 
     async def leader_resign(self, params: LeaderResignParams) -> None:

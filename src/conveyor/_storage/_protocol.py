@@ -13,12 +13,31 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from .._job import Job, JobState
+from ._dashboard_types import (
+    DbHealth,
+    DbHealthParams,
+    DepthPoint,
+    FailureGroup,
+    JobBulkParams,
+    JobCountByQueueParams,
+    JobCountCappedParams,
+    JobFailureGroupsParams,
+    JobSearchParams,
+    MetricPoint,
+    MetricsAddParams,
+    MetricsDepthSampleParams,
+    MetricsPruneParams,
+    MetricsSeriesParams,
+    MetricTotal,
+    StateCount,
+)
 from ._flow_types import (
     ConcurrencyAcquireParams,
     ConcurrencyHoldersParams,
     JobCountAheadParams,
     JobPruneParams,
     LeaderElectParams,
+    LeaderGetParams,
     LeaderResignParams,
     LeaderRow,
     NodeListParams,
@@ -258,6 +277,8 @@ class Storage(Protocol):
     async def leader_elect(self, params: LeaderElectParams) -> LeaderRow | None:
         """Take or renew the role; returns the holder after the attempt (maybe another)."""
 
+    async def leader_get(self, params: LeaderGetParams) -> LeaderRow | None: ...
+
     async def leader_resign(self, params: LeaderResignParams) -> None: ...
 
     async def schedule_upsert(self, params: ScheduleUpsertParams) -> None: ...
@@ -285,3 +306,40 @@ class Storage(Protocol):
 
     async def job_prune(self, params: JobPruneParams) -> int:
         """Delete one bounded batch of old finished jobs (and stale nodes); return count."""
+
+    # -- dashboard and metrics (sql/<dialect>/dashboard.sql, metrics.sql) -----------------
+
+    async def job_search(self, params: JobSearchParams) -> list[Job]:
+        """Jobs matching a filter, newest first, one keyset page."""
+
+    async def job_count_capped(self, params: JobCountCappedParams) -> int:
+        """How many jobs match, counting no further than ``params.cap``."""
+
+    async def job_count_by_queue(self, params: JobCountByQueueParams) -> list[StateCount]:
+        """Exact waiting/running counts per queue; capped totals of the final states."""
+
+    async def job_failure_groups(self, params: JobFailureGroupsParams) -> list[FailureGroup]: ...
+
+    async def job_retry_matching(self, params: JobBulkParams) -> list[int]:
+        """Retry (as ``job_retry``) up to ``limit`` jobs matching the filter; their ids."""
+
+    async def job_discard_matching(self, params: JobBulkParams) -> list[int]:
+        """Discard up to ``limit`` waiting jobs matching the filter; their ids."""
+
+    async def job_count_running_by_node(self) -> dict[str, int]: ...
+
+    async def db_health(self, params: DbHealthParams) -> DbHealth:
+        """Reachable on a fresh connection, and at which schema version; never raises."""
+
+    async def metrics_add(self, params: MetricsAddParams) -> None:
+        """Add samples to the minute rollups (rows with a bucket) and the totals."""
+
+    async def metrics_series(self, params: MetricsSeriesParams) -> list[MetricPoint]: ...
+
+    async def metrics_totals(self) -> list[MetricTotal]: ...
+
+    async def metrics_depth_sample(self, params: MetricsDepthSampleParams) -> None: ...
+
+    async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]: ...
+
+    async def metrics_prune(self, params: MetricsPruneParams) -> int: ...

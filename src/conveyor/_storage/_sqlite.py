@@ -41,6 +41,7 @@ from ._protocol import (
 )
 from ._queries import load_migrations, load_queries
 from ._rows import job_from_row, sort_for_claim
+from ._sqlite_dashboard import SQLiteDashboardMixin
 from ._sqlite_flow import SQLiteFlowMixin
 from ._wake import WakeHub
 
@@ -87,7 +88,7 @@ def _split_script(script: str) -> list[str]:
     return statements
 
 
-class SQLiteStorage(SQLiteFlowMixin):
+class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
     """Storage on one SQLite file. Example: ``SQLiteStorage(SQLiteConfig("jobs.db"), WakeHub())``"""
 
     def __init__(self, config: SQLiteConfig, hub: WakeHub) -> None:

@@ -20,6 +20,7 @@ from ._flow_types import (
     JobCountAheadParams,
     JobPruneParams,
     LeaderElectParams,
+    LeaderGetParams,
     LeaderResignParams,
     LeaderRow,
     NodeListParams,
@@ -81,6 +82,10 @@ class SQLiteFlowMixin:
 
         row = await self._writing(run)
         return leader_row(row) if row is not None else None
+
+    async def leader_get(self, params: LeaderGetParams) -> LeaderRow | None:
+        rows = await self._rows("leader_get", {"name": params.name})
+        return leader_row(rows[0]) if rows else None
 
     async def leader_resign(self, params: LeaderResignParams) -> None:
         values = dataclasses.asdict(params)

@@ -1,0 +1,133 @@
+"""Why is my job not running? Every reason a job waits, in plain words."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ._errors import JobNotFoundError
+from ._job import Job, JobState
+from ._limits import RateLimit
+from ._storage import Storage
+from ._storage._flow_types import (
+    ConcurrencyHoldersParams,
+    JobCountAheadParams,
+    NodeListParams,
+    QueueRow,
+    RateLimitGetParams,
+)
+from ._storage._protocol import JobGetParams
+
+if TYPE_CHECKING:
+    from ._task import Task
+
+NODE_TTL = 15.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Explanation:
+    """What holds a job back (``reasons``), plus facts worth knowing (``notes``).
+
+    Example: ``print(app.explain_job(42))``
+    """
+
+    job: Job
+    reasons: list[str]
+    notes: list[str]
+
+    @property
+    def summary(self) -> str:
+        return self.reasons[0] if self.reasons else self.notes[0]
+
+    def __str__(self) -> str:
+        lines = [f"job {self.job.id} ({self.job.task}, queue {self.job.queue}): {self.job.state}"]
+        lines += [f"  - {r}" for r in self.reasons] + [f"  · {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def _in(now: datetime, at: datetime | None) -> str:
+    if at is None:
+        return "unknown"
+    seconds = (at - now).total_seconds()
+    return f"{at.isoformat(timespec='seconds')} (in {seconds:.1f}s)" if seconds > 0 else (
+        f"{at.isoformat(timespec='seconds')} ({-seconds:.1f}s ago)")
+
+
+def _last_error(job: Job) -> str:
+    return str(job.errors[-1].get("error", "")) if job.errors else "no error recorded"
+
+
+def _settled(job: Job, now: datetime) -> list[str] | None:
+    """Reasons for a job that is not waiting to start at all (final or running)."""
+    if job.state.is_final:
+        why = {JobState.COMPLETED: "it completed",
+               JobState.CANCELLED: "it was cancelled",
+               JobState.DISCARDED: f"it was discarded: {_last_error(job)}"}[job.state]
+        return [f"{why} at {_in(now, job.finished_at)}; it runs again only if retried "
+                f"(conveyor jobs retry {job.id})"]
+    if job.state == JobState.RUNNING:
+        out = [f"it is running: attempt {job.attempt} on node {job.lease_owner}, "
+               f"lease until {_in(now, job.lease_expires_at)}"]
+        if job.cancel_requested:
+            out.append("a cancel was requested: its worker stops it within one heartbeat")
+        return out
+    return None
+
+
+async def _limits(task: Task[Any, Any] | None, job: Job, queue: QueueRow | None,
+                  storage: Storage, now: datetime) -> list[str]:
+    out: list[str] = []
+    limits: list[tuple[str, RateLimit]] = []
+    if task is not None and task.defaults.rate_limit is not None:
+        limit = task.defaults.rate_limit
+        limits.append((limit.key_for(f"task:{job.task}", job.args, job.kwargs), limit))
+    if queue is not None and queue.rate_limit:
+        limits.append((f"queue:{job.queue}", RateLimit(queue.rate_limit)))
+    for key, limit in limits:
+        tat = await storage.rate_limit_get(RateLimitGetParams(key))
+        allowed_at = (tat or 0) - (limit.burst - 1) * limit.interval
+        if allowed_at > now.timestamp():
+            refill = datetime.fromtimestamp(allowed_at, now.tzinfo)
+            out.append(f"rate limit {limit.rate} for key {key!r} is used up; the next start "
+                       f"is allowed at {_in(now, refill)}")
+    if task is not None and task.defaults.concurrency and job.concurrency_key:
+        holders = await storage.job_concurrency_holders(ConcurrencyHoldersParams(job.concurrency_key))
+        if len(holders) >= task.defaults.concurrency:
+            out.append(f"concurrency limit {task.defaults.concurrency} for key "
+                       f"{job.concurrency_key!r} is reached; held by job(s) "
+                       + ", ".join(f"#{i}" for i in holders))
+    return out
+
+
+async def explain(app: Any, storage: Storage, job_id: int) -> Explanation:
+    job = await storage.job_get(JobGetParams(job_id))
+    if job is None:
+        raise JobNotFoundError(f"no job with id {job_id}")
+    now = await storage.clock_now()
+    notes = [f"it holds unique key {job.unique_key!r}: enqueues with the same key return it"
+             ] if job.unique_key else []
+    settled = _settled(job, now)
+    if settled is not None:
+        return Explanation(job, settled, notes)
+    reasons: list[str] = []
+    if job.state == JobState.SCHEDULED:
+        reasons.append(f"it is scheduled for {_in(now, job.scheduled_at)}")
+    elif job.state == JobState.RETRYABLE:
+        reasons.append(f"it is waiting for its backoff after attempt {job.attempt} failed "
+                       f"({_last_error(job)}); next attempt at {_in(now, job.scheduled_at)}")
+    queue = next((q for q in await storage.queue_list() if q.name == job.queue), None)
+    if queue is not None and queue.paused:
+        reasons.append(f"queue {job.queue!r} is paused (conveyor queues resume {job.queue})")
+    serving = [n for n in await storage.node_list(NodeListParams(NODE_TTL))
+               if n.alive and job.queue in n.queues]
+    if not serving:
+        reasons.append(f"no live worker serves queue {job.queue!r}")
+    elif not any(job.task in n.tasks for n in serving):
+        reasons.append(f"no live worker serving queue {job.queue!r} knows task {job.task!r}")
+    reasons += await _limits(app.tasks.get(job.task), job, queue, storage, now)
+    if job.state == JobState.AVAILABLE and not reasons:
+        ahead = await storage.job_count_ahead(JobCountAheadParams(job.id))
+        notes.insert(0, "nothing holds it back: it is next" if ahead == 0 else
+                     f"nothing holds it back: {ahead} job(s) are ahead of it in queue {job.queue!r}")
+    return Explanation(job, reasons, notes or ["nothing holds it back"])

@@ -1,0 +1,102 @@
+"""Declarations of unique jobs, rate limits and concurrency limits on a task."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._job import JobState
+
+_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(s|sec|second|m|min|minute|h|hour|d|day)s?\s*$")
+_UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
+          "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "retryable")
+
+KeyFunc = Callable[..., Any]
+
+
+def parse_rate(text: str) -> tuple[int, float]:
+    """"100/m" -> (100, 60.0); also "10/s", "5/2s", "1000/hour"."""
+    match = _RATE.match(text) if isinstance(text, str) else None
+    if not match or int(match[1]) < 1:
+        raise ValueError(f"invalid rate {text!r}: use COUNT/UNIT like '100/m', '10/s', '5/2s'")
+    return int(match[1]), float(int(match[2] or 1) * _UNITS[match[3]])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A cluster-wide limit on how often a task's jobs start.
+
+    With the default burst of 1 starts are spaced evenly, so no window of the period
+    ever holds more than the count; ``burst=b`` lets b start back to back.
+
+    Example: ``@app.task(rate_limit=RateLimit("10/s", key=lambda to, **_: to.split("@")[1]))``
+    """
+
+    rate: str
+    key: KeyFunc | None = None
+    burst: int = 1
+
+    def __post_init__(self) -> None:
+        parse_rate(self.rate)
+        if isinstance(self.burst, bool) or not isinstance(self.burst, int) or self.burst < 1:
+            raise ValueError("burst must be an int >= 1")
+
+    @property
+    def interval(self) -> float:
+        count, period = parse_rate(self.rate)
+        return period / count
+
+    def key_for(self, prefix: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str:
+        if self.key is None:
+            return prefix
+        return f"{prefix}:{self.key(*args, **kwargs)}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Unique:
+    """At most one live job per key: a colliding enqueue returns the existing job.
+
+    ``key`` is a string or a function of the job's arguments (default: task + all
+    arguments); ``period`` (seconds) scopes the key to a time bucket; ``states`` are
+    the states in which a job holds its key.
+
+    Example: ``@app.task(unique=Unique(key=lambda user_id: str(user_id), period=3600))``
+    """
+
+    key: str | KeyFunc | None = None
+    period: float | None = None
+    states: tuple[str, ...] = DEFAULT_UNIQUE_STATES
+
+    def __post_init__(self) -> None:
+        for state in self.states:
+            JobState(state)  # raises ValueError on an unknown state
+        if not self.states:
+            raise ValueError("Unique.states must name at least one state")
+        if self.period is not None and (not isinstance(self.period, int | float) or self.period <= 0):
+            raise ValueError("Unique.period must be a positive number of seconds")
+
+    def full_key(self, task: str, override: str | None, args: Sequence[Any],
+                 kwargs: dict[str, Any], args_json: str, kwargs_json: str) -> str:
+        if override is not None:
+            base = override
+        elif isinstance(self.key, str):
+            base = self.key
+        elif self.key is not None:
+            base = str(self.key(*args, **kwargs))
+        else:
+            base = hashlib.sha256(f"{args_json}|{kwargs_json}".encode()).hexdigest()[:32]
+        key = f"{task}:{base}"
+        if self.period is not None:
+            key += f":{int(time.time() // self.period)}"
+        if len(key) > 500:
+            raise ValueError(f"unique key of task {task!r} is over 500 characters")
+        return key
+
+    @property
+    def states_text(self) -> str:
+        return "," + ",".join(self.states) + ","

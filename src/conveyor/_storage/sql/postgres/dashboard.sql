@@ -1,0 +1,162 @@
+-- Dashboard queries, PostgreSQL dialect: filtered search with keyset pages, counts that
+-- stop at a cap, failure groups, bulk actions on everything matching a filter, health.
+-- A filter's empty parts are NULL; these queries run unprepared, so the planner sees
+-- the actual values and drops the parts that are NULL.
+-- A failure's key is the first line of its last error, at most 200 characters.
+
+-- name: job_search
+SELECT j.* FROM conveyor_jobs AS j
+WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+  AND (%(text)s::text IS NULL
+       OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
+  AND (%(error_key)s::text IS NULL
+       OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
+          = %(error_key)s::text)
+  AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+  AND (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: job_search_newer
+-- The page after ``after_id`` towards the newest job, read upwards (the caller reverses it).
+SELECT j.* FROM conveyor_jobs AS j
+WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+  AND (%(text)s::text IS NULL
+       OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
+  AND (%(error_key)s::text IS NULL
+       OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
+          = %(error_key)s::text)
+  AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+  AND j.id > %(after_id)s::bigint
+ORDER BY j.id
+LIMIT %(limit)s;
+
+-- name: job_count_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM conveyor_jobs AS j
+    WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+      AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+      AND (%(text)s::text IS NULL
+           OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
+      AND (%(error_key)s::text IS NULL
+           OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
+              = %(error_key)s::text)
+      AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+    LIMIT %(cap)s
+) AS c;
+
+-- name: job_count_by_queue
+-- Exact counts of the waiting and running states, the queues' depth.
+SELECT queue, state, count(*) AS n FROM conveyor_jobs
+WHERE state IN ('scheduled', 'available', 'running', 'retryable')
+GROUP BY queue, state;
+
+-- name: job_count_final_capped
+SELECT 'completed' AS state, count(*) AS n
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'completed' LIMIT %(cap)s) AS c
+UNION ALL
+SELECT 'cancelled', count(*)
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'cancelled' LIMIT %(cap)s) AS c
+UNION ALL
+SELECT 'discarded', count(*)
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'discarded' LIMIT %(cap)s) AS c;
+
+-- name: job_failure_groups
+SELECT f.task, f.error,
+       count(*) FILTER (WHERE f.state = 'retryable') AS retryable,
+       count(*) FILTER (WHERE f.state = 'discarded') AS discarded,
+       max(f.id) AS last_id,
+       max(coalesce(f.finished_at, f.attempted_at, f.scheduled_at)) AS last_at
+FROM (
+    SELECT j.id, j.task, j.state, j.finished_at, j.attempted_at, j.scheduled_at,
+           left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200) AS error
+    FROM conveyor_jobs AS j
+    WHERE j.state IN ('retryable', 'discarded')
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+    ORDER BY j.id DESC
+    LIMIT %(scan)s
+) AS f
+GROUP BY f.task, f.error
+ORDER BY count(*) DESC, max(f.id) DESC
+LIMIT %(limit)s;
+
+-- name: job_retry_matching
+-- As job_retry, for every job matching the filter (at most ``limit``), oldest first.
+WITH picked AS (
+    SELECT j.id FROM conveyor_jobs AS j
+    WHERE j.state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
+      AND (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+      AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+      AND (%(text)s::text IS NULL
+           OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
+      AND (%(error_key)s::text IS NULL
+           OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
+              = %(error_key)s::text)
+      AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+    ORDER BY j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), retried AS (
+    UPDATE conveyor_jobs AS j
+    SET state = 'available',
+        scheduled_at = now(),
+        finished_at = NULL,
+        max_attempts = GREATEST(j.max_attempts, j.attempt + 1),
+        cancel_requested = false
+    FROM picked
+    WHERE j.id = picked.id
+      AND j.state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
+    RETURNING j.id, j.queue
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM retried) AS q
+)
+SELECT retried.id, retried.queue FROM retried CROSS JOIN woken;
+
+-- name: job_discard_matching
+-- Waiting jobs only: a running job is cancelled instead, through its worker.
+WITH picked AS (
+    SELECT j.id FROM conveyor_jobs AS j
+    WHERE j.state IN ('scheduled', 'available', 'retryable')
+      AND (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+      AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+      AND (%(text)s::text IS NULL
+           OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
+      AND (%(error_key)s::text IS NULL
+           OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
+              = %(error_key)s::text)
+      AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+    ORDER BY j.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE conveyor_jobs AS j
+SET state = 'discarded',
+    finished_at = now(),
+    errors = j.errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object(
+                 'attempt', j.attempt,
+                 'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
+FROM picked
+WHERE j.id = picked.id AND j.state IN ('scheduled', 'available', 'retryable')
+RETURNING j.id, j.queue;
+
+-- name: job_count_running_by_node
+SELECT lease_owner AS node, count(*) AS n FROM conveyor_jobs
+WHERE state = 'running'
+GROUP BY lease_owner;
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) AS version FROM conveyor_migrations;

@@ -1,0 +1,56 @@
+-- Metric rollups, PostgreSQL dialect. Workers add what they measured since their last
+-- flush: values are added to the row of their key, so any number of nodes share rows.
+-- Rows arrive sorted by key, so concurrent flushes lock rows in the same order.
+
+-- name: metrics_add
+INSERT INTO conveyor_metrics AS m (bucket, queue, task, metric, value)
+SELECT to_timestamp(r.bucket), r.queue, r.task, r.metric, r.value
+FROM unnest(%(bucket)s::float8[], %(queue)s::text[], %(task)s::text[], %(metric)s::text[],
+            %(value)s::float8[]) AS r(bucket, queue, task, metric, value)
+ORDER BY r.bucket, r.queue, r.task, r.metric
+ON CONFLICT (bucket, queue, task, metric) DO UPDATE SET value = m.value + excluded.value;
+
+-- name: metrics_total_add
+INSERT INTO conveyor_metrics_totals AS t (queue, task, metric, value, updated_at)
+SELECT r.queue, r.task, r.metric, r.value, now()
+FROM unnest(%(queue)s::text[], %(task)s::text[], %(metric)s::text[], %(value)s::float8[])
+     AS r(queue, task, metric, value)
+ORDER BY r.queue, r.task, r.metric
+ON CONFLICT (queue, task, metric) DO UPDATE
+SET value = t.value + excluded.value, updated_at = excluded.updated_at;
+
+-- name: metrics_series
+SELECT extract(epoch FROM bucket)::float8 AS bucket, queue, metric, sum(value) AS value
+FROM conveyor_metrics
+WHERE bucket >= to_timestamp(%(since)s) AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY bucket, queue, metric
+ORDER BY bucket;
+
+-- name: metrics_totals
+SELECT queue, task, metric, value FROM conveyor_metrics_totals ORDER BY queue, task, metric;
+
+-- name: metrics_depth_sample
+-- One sample per minute is kept; a later sample of the same minute replaces it.
+INSERT INTO conveyor_metrics_depth AS d (bucket, queue, state, n)
+SELECT to_timestamp(%(bucket)s), c.queue, c.state, c.n
+FROM (
+    SELECT queue, state, count(*) AS n FROM conveyor_jobs
+    WHERE state IN ('scheduled', 'available', 'running', 'retryable')
+    GROUP BY queue, state
+    UNION ALL
+    SELECT '*', s.state, (SELECT count(*) FROM conveyor_jobs AS j WHERE j.state = s.state)
+    FROM (VALUES ('scheduled'), ('available'), ('running'), ('retryable')) AS s(state)
+) AS c
+ON CONFLICT (bucket, queue, state) DO UPDATE SET n = excluded.n;
+
+-- name: metrics_depth_series
+SELECT extract(epoch FROM bucket)::float8 AS bucket, queue, state, n
+FROM conveyor_metrics_depth
+WHERE bucket >= to_timestamp(%(since)s)
+ORDER BY bucket;
+
+-- name: metrics_prune
+DELETE FROM conveyor_metrics WHERE bucket < to_timestamp(%(before)s);
+
+-- name: metrics_depth_prune
+DELETE FROM conveyor_metrics_depth WHERE bucket < to_timestamp(%(before)s);

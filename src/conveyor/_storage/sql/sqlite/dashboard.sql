@@ -1,0 +1,147 @@
+-- Dashboard queries, SQLite dialect: filtered search with keyset pages, counts that
+-- stop at a cap, failure groups, bulk actions on everything matching a filter, health.
+-- A filter's empty parts are NULL. :states is a comma-wrapped list (',a,b,'), :ids a
+-- JSON array. A failure's key is the first line of its last error, at most 200
+-- characters (PostgreSQL: left(split_part(error, E'\n', 1), 200)).
+
+-- name: job_search
+SELECT j.* FROM conveyor_jobs AS j
+WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
+  AND (:queue IS NULL OR j.queue = :queue)
+  AND (:task IS NULL OR j.task = :task)
+  AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+  AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
+  AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
+                  CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
+                       THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
+  AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
+  AND (:before_id IS NULL OR j.id < :before_id)
+ORDER BY j.id DESC
+LIMIT :limit;
+
+-- name: job_search_newer
+-- The page after :after_id towards the newest job, read upwards (the caller reverses it).
+SELECT j.* FROM conveyor_jobs AS j
+WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
+  AND (:queue IS NULL OR j.queue = :queue)
+  AND (:task IS NULL OR j.task = :task)
+  AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+  AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
+  AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
+                  CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
+                       THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
+  AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
+  AND j.id > :after_id
+ORDER BY j.id
+LIMIT :limit;
+
+-- name: job_count_capped
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM conveyor_jobs AS j
+    WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
+      AND (:queue IS NULL OR j.queue = :queue)
+      AND (:task IS NULL OR j.task = :task)
+      AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+      AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
+      AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
+                      CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
+                           THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
+      AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
+    LIMIT :cap
+);
+
+-- name: job_count_by_queue
+-- Exact counts of the waiting and running states, the queues' depth.
+SELECT queue, state, count(*) AS n FROM conveyor_jobs
+WHERE state IN ('scheduled', 'available', 'running', 'retryable')
+GROUP BY queue, state;
+
+-- name: job_count_final_capped
+SELECT 'completed' AS state, count(*) AS n
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'completed' LIMIT :cap)
+UNION ALL
+SELECT 'cancelled', count(*)
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'cancelled' LIMIT :cap)
+UNION ALL
+SELECT 'discarded', count(*)
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'discarded' LIMIT :cap);
+
+-- name: job_failure_groups
+SELECT f.task, f.error,
+       sum(f.state = 'retryable') AS retryable,
+       sum(f.state = 'discarded') AS discarded,
+       max(f.id) AS last_id,
+       max(coalesce(f.finished_at, f.attempted_at, f.scheduled_at)) AS last_at
+FROM (
+    SELECT j.id, j.task, j.state, j.finished_at, j.attempted_at, j.scheduled_at,
+           substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
+                             CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
+                                  THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) AS error
+    FROM conveyor_jobs AS j
+    WHERE j.state IN ('retryable', 'discarded')
+      AND (:queue IS NULL OR j.queue = :queue)
+      AND (:task IS NULL OR j.task = :task)
+    ORDER BY j.id DESC
+    LIMIT :scan
+) AS f
+GROUP BY f.task, f.error
+ORDER BY count(*) DESC, max(f.id) DESC
+LIMIT :limit;
+
+-- name: job_retry_matching
+-- As job_retry, for every job matching the filter (at most :limit), oldest first.
+UPDATE conveyor_jobs
+SET state = 'available',
+    scheduled_at = (julianday('now') - 2440587.5) * 86400.0,
+    finished_at = NULL,
+    max_attempts = max(max_attempts, attempt + 1),
+    cancel_requested = 0
+WHERE id IN (
+    SELECT j.id FROM conveyor_jobs AS j
+    WHERE j.state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
+      AND (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
+      AND (:queue IS NULL OR j.queue = :queue)
+      AND (:task IS NULL OR j.task = :task)
+      AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+      AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
+      AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
+                      CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
+                           THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
+      AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
+    ORDER BY j.id
+    LIMIT :limit
+)
+RETURNING id, queue;
+
+-- name: job_discard_matching
+-- Waiting jobs only: a running job is cancelled instead, through its worker.
+UPDATE conveyor_jobs
+SET state = 'discarded',
+    finished_at = (julianday('now') - 2440587.5) * 86400.0,
+    errors = json_insert(errors, '$[#]', json_set(json(:error),
+                 '$.attempt', attempt,
+                 '$.at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
+WHERE id IN (
+    SELECT j.id FROM conveyor_jobs AS j
+    WHERE j.state IN ('scheduled', 'available', 'retryable')
+      AND (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
+      AND (:queue IS NULL OR j.queue = :queue)
+      AND (:task IS NULL OR j.task = :task)
+      AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+      AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
+      AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
+                      CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
+                           THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
+      AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
+    ORDER BY j.id
+    LIMIT :limit
+)
+RETURNING id, queue;
+
+-- name: job_count_running_by_node
+SELECT lease_owner AS node, count(*) AS n FROM conveyor_jobs
+WHERE state = 'running'
+GROUP BY lease_owner;
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) AS version FROM conveyor_migrations;

@@ -1,0 +1,52 @@
+-- Metric rollups, SQLite dialect. Workers add what they measured since their last
+-- flush: values are added to the row of their key, so several processes share rows.
+-- Buckets are unix seconds at the start of a minute.
+
+-- name: metrics_add
+INSERT INTO conveyor_metrics (bucket, queue, task, metric, value)
+VALUES (:bucket, :queue, :task, :metric, :value)
+ON CONFLICT (bucket, queue, task, metric) DO UPDATE SET value = value + excluded.value;
+
+-- name: metrics_total_add
+INSERT INTO conveyor_metrics_totals (queue, task, metric, value, updated_at)
+VALUES (:queue, :task, :metric, :value, (julianday('now') - 2440587.5) * 86400.0)
+ON CONFLICT (queue, task, metric) DO UPDATE
+SET value = value + excluded.value, updated_at = excluded.updated_at;
+
+-- name: metrics_series
+SELECT bucket, queue, metric, sum(value) AS value
+FROM conveyor_metrics
+WHERE bucket >= :since AND (:queue IS NULL OR queue = :queue)
+GROUP BY bucket, queue, metric
+ORDER BY bucket;
+
+-- name: metrics_totals
+SELECT queue, task, metric, value FROM conveyor_metrics_totals ORDER BY queue, task, metric;
+
+-- name: metrics_depth_sample
+-- One sample per minute is kept; a later sample of the same minute replaces it.
+INSERT INTO conveyor_metrics_depth (bucket, queue, state, n)
+SELECT :bucket, c.queue, c.state, c.n
+FROM (
+    SELECT queue, state, count(*) AS n FROM conveyor_jobs
+    WHERE state IN ('scheduled', 'available', 'running', 'retryable')
+    GROUP BY queue, state
+    UNION ALL
+    SELECT '*', s.state, (SELECT count(*) FROM conveyor_jobs AS j WHERE j.state = s.state)
+    FROM (SELECT 'scheduled' AS state UNION ALL SELECT 'available'
+          UNION ALL SELECT 'running' UNION ALL SELECT 'retryable') AS s
+) AS c
+WHERE true
+ON CONFLICT (bucket, queue, state) DO UPDATE SET n = excluded.n;
+
+-- name: metrics_depth_series
+SELECT bucket, queue, state, n
+FROM conveyor_metrics_depth
+WHERE bucket >= :since
+ORDER BY bucket;
+
+-- name: metrics_prune
+DELETE FROM conveyor_metrics WHERE bucket < :before;
+
+-- name: metrics_depth_prune
+DELETE FROM conveyor_metrics_depth WHERE bucket < :before;

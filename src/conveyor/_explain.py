@@ -130,4 +130,4 @@ async def explain(app: Any, storage: Storage, job_id: int) -> Explanation:
         ahead = await storage.job_count_ahead(JobCountAheadParams(job.id))
         notes.insert(0, "nothing holds it back: it is next" if ahead == 0 else
                      f"nothing holds it back: {ahead} job(s) are ahead of it in queue {job.queue!r}")
-    return Explanation(job, reasons, notes or ["nothing holds it back"])
+    return Explanation(job, reasons, notes if notes or reasons else ["nothing holds it back"])

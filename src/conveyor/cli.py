@@ -16,8 +16,9 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from . import _cli_jobs, _cli_worker
+from . import __version__, _cli_jobs, _cli_worker
 from ._app import Conveyor
+from ._cli_bench import bench
 from ._cli_worker import check_url, open_app, resolve_url
 from ._errors import DatabaseUnavailableError, InvalidStateError, JobNotFoundError, SchemaError
 
@@ -132,7 +133,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @click.group(cls=ConveyorGroup, context_settings=CONTEXT, epilog=EPILOG)
-@click.version_option(package_name="conveyor", prog_name="conveyor")
+@click.version_option(__version__, prog_name="conveyor")
 def cli() -> None:
     """Conveyor: a durable background job queue (SQLite embedded, PostgreSQL to scale out).
 
@@ -287,6 +288,7 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
     _cli_worker.configure_logging(opts.log_level, opts.log_format)
     app = open_app(app_path, url)
     run_async(app, lambda: app.run_worker(config=config))
+    _cli_worker.exit_if_handlers_linger()
 
 
 @cli.command(epilog=EPILOG)
@@ -305,6 +307,9 @@ def demo(total: int, app_path: str | None, url: str | None) -> None:
     sys.exit(_demo.run_demo(target, total))
 
 
+cli.add_command(bench)
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point (``conveyor``), also ``python -m conveyor``."""
     cli.main(args=list(argv) if argv is not None else None, prog_name="conveyor")
@@ -312,3 +317,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
 
 __all__ = ["EXIT_CODES", "cli", "main"]
+
+
+from . import _cli_flow  # noqa: E402  (it builds on the helpers above)
+
+_cli_flow.register(cli, jobs)

@@ -230,11 +230,12 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
     # -- schema ---------------------------------------------------------------------------
 
     def _pending(self, conn: sqlite3.Connection) -> list[Migration]:
-        conn.execute(
-            "CREATE TABLE IF NOT EXISTS conveyor_migrations ("
-            "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
-        )
-        done = {row[0] for row in conn.execute("SELECT version FROM conveyor_migrations")}
+        """Read-only, so that a dry run writes nothing."""
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'conveyor_migrations'"
+        ).fetchone()
+        done = {row[0] for row in conn.execute("SELECT version FROM conveyor_migrations")
+                } if exists else set()
         known = load_migrations("sqlite")
         if done and max(done) > len(known):
             raise SchemaError(
@@ -251,6 +252,10 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
             pending = self._pending(conn)
             if params.dry_run:
                 return pending
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS conveyor_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
             for migration in pending:
                 for statement in _split_script(migration.sql):
                     conn.execute(statement)

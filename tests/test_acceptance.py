@@ -145,12 +145,17 @@ def test_second_sigint_exits_at_once(queue_app: Conveyor, cluster: Cluster) -> N
 def test_two_workers_race_over_2000_jobs_each_run_once(
     queue_app: Conveyor, cluster: Cluster
 ) -> None:
+    workers = [cluster.worker("-c", "20") for _ in range(2)]
+    # Both must be up before the jobs arrive, or the first could take them all.
+    wait_until(lambda: len([n for n in queue_app.list_nodes() if n.alive]) == 2, 30,
+               "both workers to register")
     for start in range(0, 2000, 500):
         queue_app.enqueue_many([acceptance.sleepy.job(0) for _ in range(start, start + 500)])
-    workers = [cluster.worker("-c", "20", "--burst") for _ in range(2)]
+    wait_until(lambda: counts(queue_app)["completed"] == 2000, 120, "every job completed")
     for proc in workers:
-        assert proc.wait(timeout=120) == 0
-    assert counts(queue_app)["completed"] == 2000
+        proc.send_signal(signal.SIGTERM)
+    for proc in workers:
+        assert proc.wait(timeout=30) == 0
     events = cluster.events()
     starts = collections.Counter(j for e, j, _, _ in events if e == "start")
     assert len(starts) == 2000 and set(starts.values()) == {1}

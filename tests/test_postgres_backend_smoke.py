@@ -37,7 +37,10 @@ from conveyor._storage._protocol import (
     NodeUpsertParams,
     Storage,
 )
+from conveyor._storage._queries import load_migrations
 from conveyor._storage._wake import WakeHub
+
+ALL_VERSIONS = [m.version for m in load_migrations("postgres")]
 
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
@@ -75,8 +78,8 @@ def url() -> Iterator[str]:
             storage = PostgresStorage(PostgresConfig(db_url), WakeHub())
             await storage.open(check_schema=False)
             try:
-                assert [m.version for m in await storage.schema_pending()] == [1]
-                assert [m.version for m in await storage.migrate(MigrateParams())] == [1]
+                assert [m.version for m in await storage.schema_pending()] == ALL_VERSIONS
+                assert [m.version for m in await storage.migrate(MigrateParams())] == ALL_VERSIONS
                 assert await storage.migrate(MigrateParams()) == []
             finally:
                 await storage.close()

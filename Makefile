@@ -5,6 +5,7 @@
 #   make test      ruff + mypy --strict + pytest
 #   make lint      ruff + mypy --strict
 #   make demo      run `conveyor demo`
+#   make bench     the full benchmark suite (about an hour): bench/results/*.json and summary.md
 #   make clean     delete .venv, caches and build output
 #
 # PYTHON picks the interpreter for the venv (>= 3.11), e.g. `make install PYTHON=python3.12`.
@@ -18,7 +19,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install .venv demo test lint clean
+.PHONY: install .venv demo test lint bench clean
 
 install .venv: $(STAMP)
 
@@ -37,11 +38,14 @@ demo: $(STAMP)
 	$(BIN)/conveyor demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy --strict
 
 test: lint
 	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache

@@ -6,8 +6,10 @@ import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
+import conveyor
 from conveyor import Conveyor, JobState
 from conveyor._storage import Storage
 from conveyor._storage._protocol import (
@@ -57,6 +59,10 @@ def fetch(queue: str = "default", limit: int = 10, ttl: float = 30.0,
 
 def test_dialects_define_the_same_queries_and_migrations() -> None:
     assert load_queries("sqlite").keys() == load_queries("postgres").keys()
+    root = Path(conveyor.__file__).parent / "_storage" / "sql"
+    assert sorted(p.name for p in (root / "sqlite").glob("*.sql")) == sorted(
+        p.name for p in (root / "postgres").glob("*.sql")
+    )
     sqlite_versions = [m.version for m in load_migrations("sqlite")]
     assert sqlite_versions == [m.version for m in load_migrations("postgres")]
 

@@ -12,6 +12,7 @@ from ._app_flow import FlowControl
 from ._config import ConveyorConfig, WorkerConfig, url_from_env
 from ._cron import Schedule
 from ._errors import InvalidStateError, JobNotFoundError
+from ._hooks import Hooks, Observable
 from ._job import Job, JobState
 from ._limits import KeyFunc, RateLimit, Unique
 from ._portal import Portal
@@ -33,7 +34,7 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 
-class Conveyor(FlowControl):
+class Conveyor(FlowControl, Observable):
     """A job queue bound to one database.
 
     Example::
@@ -51,6 +52,7 @@ class Conveyor(FlowControl):
         self.config = config or ConveyorConfig()
         self.tasks: dict[str, Task[Any, Any]] = {}
         self.schedules: dict[str, Schedule] = {}
+        self.hooks = Hooks()
         self._hub = WakeHub()
         # Fail on a malformed URL now, not at the first enqueue.
         self._offline = create_storage(self.url, self._hub, self.config.pool_max_size)
@@ -177,7 +179,7 @@ class Conveyor(FlowControl):
             if not isinstance(spec, JobSpec):
                 raise TypeError(f"expected a job built with task.job(...), got {spec!r}")
         cap = self.config.max_payload_bytes
-        return JobInsertManyParams([spec.to_insert(cap) for spec in specs])
+        return JobInsertManyParams([self.hooks.prepare(spec.to_insert(cap)) for spec in specs])
 
     async def enqueue_many_async(
         self, specs: Sequence[JobSpec], *, connection: Any = None
@@ -192,7 +194,9 @@ class Conveyor(FlowControl):
             return []
         if connection is not None:
             return await self._offline.job_insert_many(params, connection)
-        return await (await self.storage()).job_insert_many(params)
+        jobs = await (await self.storage()).job_insert_many(params)
+        self.hooks.emit_jobs([j for j in jobs if not j.duplicate], None, "enqueue")
+        return jobs
 
     def enqueue_many(self, specs: Sequence[JobSpec], *, connection: Any = None) -> list[Job]:
         """Sync twin of ``enqueue_many_async``.
@@ -232,13 +236,17 @@ class Conveyor(FlowControl):
     async def retry_job_async(self, job_id: int) -> Job:
         """Put a finished or waiting job back in its queue now, with one more attempt."""
         storage = await self.storage()
+        before = await self.hooks.state_before(storage, job_id)
         job = await storage.job_retry(JobRetryParams(_check_id(job_id)))
+        self.hooks.changed(job, before, "api")
         return job or await self._explain(storage, job_id, "retried")
 
     async def cancel_job_async(self, job_id: int) -> Job:
         """Cancel a queued job at once; a running job is stopped by its worker."""
         storage = await self.storage()
+        before = await self.hooks.state_before(storage, job_id)
         job = await storage.job_cancel(JobCancelParams(_check_id(job_id)))
+        self.hooks.changed(job, before, "api")
         return job or await self._explain(storage, job_id, "cancelled")
 
     async def _explain(self, storage: Storage, job_id: int, verb: str) -> Job:

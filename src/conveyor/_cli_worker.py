@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ import click
 from ._app import Conveyor
 from ._config import DEFAULT_URL, ConveyorConfig, WorkerConfig
 from ._errors import DatabaseUnavailableError, SchemaError
+from ._task import Task
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
@@ -43,6 +45,7 @@ class WorkerOptions:
     shutdown_timeout: float = 30.0
     lease_ttl: float = 30.0
     heartbeat_interval: float = 2.0
+    leader_ttl: float = 15.0
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -115,12 +118,10 @@ def retarget(app: Conveyor, url: str) -> Conveyor:
     the app's own URL.
     """
     new = check_url(url, app.config)
-    for task in app.tasks.values():
-        d = task.defaults
-        new.task(
-            name=d.name, queue=d.queue, priority=d.priority, max_attempts=d.max_attempts,
-            timeout=d.timeout, backoff=d.backoff, tags=d.tags,
-        )(task.fn)
+    for name, task in app.tasks.items():  # every option: limits, unique, concurrency too
+        new.tasks[name] = Task(new, task.fn, task.defaults)
+    new.schedules.update(app.schedules)
+    new.hooks = app.hooks
     return new
 
 
@@ -182,6 +183,7 @@ def build_config(opts: WorkerOptions) -> WorkerConfig:
             queues=dict(opts.queues),
             lease_ttl=opts.lease_ttl,
             heartbeat_interval=opts.heartbeat_interval,
+            leader_ttl=opts.leader_ttl,
             shutdown_timeout=opts.shutdown_timeout,
             burst=opts.burst,
         )
@@ -241,6 +243,31 @@ def configure_logging(level: str, fmt: str) -> None:
     logger.propagate = False
 
 
+def exit_if_handlers_linger(grace: float = 0.5) -> None:
+    """After the worker stopped, do not wait for sync handlers still running.
+
+    Their jobs were already given back at the shutdown timeout; Python cannot stop a
+    thread, and the interpreter would otherwise wait for each one at exit, holding the
+    process (and the job's side effects) alive long past ``--shutdown-timeout``.
+    """
+    deadline = time.monotonic() + grace
+    lingering = []
+    for thread in threading.enumerate():
+        if thread.name.startswith("conveyor-job"):
+            thread.join(max(deadline - time.monotonic(), 0))
+            if thread.is_alive():
+                lingering.append(thread)
+    if not lingering:
+        return
+    logging.getLogger("conveyor.worker").warning(
+        "%d sync handler(s) ignored the stop and still run; their jobs were given back, "
+        "exiting without them", len(lingering))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 # -- the supervisor -----------------------------------------------------------------------
 
 
@@ -254,6 +281,7 @@ def child_argv(app_path: str, url: str | None, opts: WorkerOptions) -> list[str]
         "--shutdown-timeout", repr(opts.shutdown_timeout),
         "--lease-ttl", repr(opts.lease_ttl),
         "--heartbeat-interval", repr(opts.heartbeat_interval),
+        "--leader-ttl", repr(opts.leader_ttl),
         "--log-level", opts.log_level,
         "--log-format", opts.log_format,
         "--processes", "1",

@@ -66,6 +66,9 @@ class WorkerConfig:
     completed_retention: float = 86_400.0
     #: Discarded jobs are kept longer, for inspection and manual retry.
     discarded_retention: float = 7 * 86_400.0
+    #: Per-minute metric rollups (dashboard charts) are kept this long; 0 turns them off.
+    metrics_retention: float = 7 * 86_400.0
+    metrics_interval: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.queues:

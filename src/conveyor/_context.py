@@ -4,10 +4,25 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import threading
 from typing import Any
 
 from ._job import Job
+
+
+class CancelFlag:
+    """Set once, read from any thread: all a handler's context needs of an Event, at a
+    tenth of the cost of creating one (a context is made for every job)."""
+
+    __slots__ = ("_set",)
+
+    def __init__(self) -> None:
+        self._set = False
+
+    def set(self) -> None:
+        self._set = True
+
+    def is_set(self) -> bool:
+        return self._set
 
 
 @dataclasses.dataclass(slots=True)
@@ -18,7 +33,7 @@ class JobContext:
     """
 
     job: Job
-    _cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
+    _cancel: CancelFlag = dataclasses.field(default_factory=CancelFlag)
 
     @property
     def id(self) -> int:

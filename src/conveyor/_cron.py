@@ -101,12 +101,14 @@ def ticks_to_run(
 
     A tick within ``grace`` seconds of now is on time. Late ticks are missed:
     ``skip`` drops them, ``run_once`` runs the newest once, ``backfill`` runs the
-    newest ``backfill`` of them (at least one).
+    newest ``backfill`` of them (at least one). When ``after`` (the previous pass's
+    tick) is itself within ``grace``, the schedulers were running and nothing was
+    missed: every due tick runs, even two or more when a pass came a little late.
     """
     newest = due_ticks(expr, timezone, after, now, 1)
     if not newest:
         return [], None
-    if misfire == "skip":
+    if misfire == "skip" or after >= now - timedelta(seconds=grace):
         chosen = due_ticks(expr, timezone, after, now, MAX_TICKS, now - timedelta(seconds=grace))
     elif misfire == "backfill":
         chosen = due_ticks(expr, timezone, after, now, max(backfill, 1))

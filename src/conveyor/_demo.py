@@ -315,5 +315,5 @@ def run_demo(url: str, total: int) -> int:
     out.print(summary_table(outcome, total))
     if outcome.interrupted:
         out.print("interrupted before every job finished", style="yellow")
-    out.print(Text(f"inspect with: {hint(url)}", style="bold"))
+    out.print(Text(f"inspect with: {hint(url)}", style="bold"), soft_wrap=True)
     return EXIT_INTERRUPTED if outcome.interrupted else 0

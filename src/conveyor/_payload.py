@@ -16,9 +16,34 @@ TAG = re.compile(r"^[^\x00-\x1f]{1,100}$")
 MAX_ATTEMPTS_LIMIT = 10_000
 
 
+#: One encoder for every call: ``json.dumps`` with options builds a new one each time.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
+#: JSON text that neither database stores: PostgreSQL's jsonb refuses the escape \u0000,
+#: and a lone surrogate is not UTF-8 at all. Either fails the whole write it is in.
+_UNSTORABLE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000|[\ud800-\udfff]")
+
+
+def storable(text: str) -> str:
+    """JSON ``text`` with NUL escapes and lone surrogates replaced by U+FFFD, so that a
+    result or an error can always be written (a failing ack would be retried forever)."""
+    if text.isascii() and "\\u0000" not in text:
+        return text
+    return _UNSTORABLE.sub(lambda m: (m.group(1) or "") + "\ufffd", text)
+
+
+def _refuse_unstorable(task: str, what: str, text: str) -> None:
+    if text != storable(text):
+        raise ValueError(
+            f"there is a NUL character or a lone surrogate in the {what} of task {task!r}, "
+            "which the databases cannot store; encode such text first (e.g. base64)"
+        )
+
+
 def dumps(value: Any) -> str:
     """Compact, strict JSON: NaN and Infinity are refused, as JSON itself does."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+    return _ENCODER.encode(value)
 
 
 def check_task_name(name: object) -> str:
@@ -71,7 +96,7 @@ def check_tags(tags: object) -> list[str]:
 def _encode_one(task: str, label: str, value: Any) -> str:
     try:
         return dumps(value)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RecursionError) as exc:  # too deep: refused too
         raise TypeError(
             f"argument {label} of task {task!r} is not JSON-serialisable: {exc}"
         ) from None
@@ -83,12 +108,13 @@ def encode_arguments(
     """Encode args and kwargs, naming the first argument that JSON cannot carry."""
     try:
         args_json, kwargs_json = dumps(list(args)), dumps(dict(kwargs))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         for index, value in enumerate(args):
             _encode_one(task, f"#{index}", value)
         for key, value in kwargs.items():
             _encode_one(task, repr(key), value)
         raise TypeError(f"the arguments of task {task!r} are not JSON-serialisable") from None
+    _refuse_unstorable(task, "arguments", args_json + kwargs_json)
     size = len(args_json.encode()) + len(kwargs_json.encode())
     if size > max_bytes:
         raise PayloadTooLargeError(
@@ -102,6 +128,7 @@ def encode_meta(task: str, meta: Mapping[str, Any], max_bytes: int) -> str:
     if not isinstance(meta, Mapping):
         raise TypeError(f"meta must be a dict, got {type(meta).__name__}")
     text = _encode_one(task, "meta", dict(meta))
+    _refuse_unstorable(task, "meta", text)
     if len(text.encode()) > max_bytes:
         raise PayloadTooLargeError(f"meta of task {task!r} is over {max_bytes} bytes")
     return text
@@ -109,10 +136,12 @@ def encode_meta(task: str, meta: Mapping[str, Any], max_bytes: int) -> str:
 
 def encode_result(value: Any, max_bytes: int) -> str:
     """A result that JSON cannot carry, or that is too big, is replaced by a note."""
+    if value is None:  # most handlers return nothing
+        return "null"
     try:
-        text = dumps(value)
+        text = storable(dumps(value))
     except (TypeError, ValueError) as exc:
-        return dumps({"unserialisable_result": repr(value)[:500], "error": str(exc)})
+        return storable(dumps({"unserialisable_result": repr(value)[:500], "error": str(exc)}))
     if len(text.encode()) > max_bytes:
         return dumps({"truncated_result": True, "size": len(text.encode()), "cap": max_bytes})
     return text

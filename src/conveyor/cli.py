@@ -258,6 +258,9 @@ def jobs_cancel(job_id: int, as_json: bool, app_path: str | None, url: str | Non
               show_default=True, help="Seconds a claimed job stays ours without a heartbeat.")
 @click.option("--heartbeat-interval", type=click.FloatRange(min=0, min_open=True), default=2.0,
               show_default=True, help="Seconds between lease heartbeats.")
+@click.option("--leader-ttl", type=click.FloatRange(min=0, min_open=True), default=15.0,
+              show_default=True, help="Seconds of the leader lease; a dead leader is replaced "
+              "within it.")
 @click.option("--log-level", type=click.Choice(_cli_worker.LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
@@ -265,7 +268,7 @@ def jobs_cancel(job_id: int, as_json: bool, app_path: str | None, url: str | Non
 @common_options
 def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
            processes: int, burst: bool, shutdown_timeout: float, lease_ttl: float,
-           heartbeat_interval: float, log_level: str, log_format: str,
+           heartbeat_interval: float, leader_ttl: float, log_level: str, log_format: str,
            app_path: str | None, url: str | None) -> None:
     """Run a worker for the app at APP_PATH (module:attribute, or $CONVEYOR_APP).
 
@@ -278,7 +281,7 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
     opts = _cli_worker.WorkerOptions(
         queues=_cli_worker.parse_queues(queue_specs, concurrency), concurrency=concurrency,
         burst=burst, shutdown_timeout=shutdown_timeout, lease_ttl=lease_ttl,
-        heartbeat_interval=heartbeat_interval, log_level=log_level.upper(),
+        heartbeat_interval=heartbeat_interval, leader_ttl=leader_ttl, log_level=log_level.upper(),
         log_format=log_format,
     )
     config = _cli_worker.build_config(opts)
@@ -319,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 __all__ = ["EXIT_CODES", "cli", "main"]
 
 
-from . import _cli_flow  # noqa: E402  (it builds on the helpers above)
+from . import _cli_flow, _cli_web  # noqa: E402  (they build on the helpers above)
 
 _cli_flow.register(cli, jobs)
+_cli_web.register(cli)

@@ -61,7 +61,9 @@ class Heartbeat(Service):
         )
         lost = cancelled = 0
         for ex in running:
-            if ex.job.id not in result.held and ex.stop_reason is None and ex.task is not None:
+            if ex.task is None or ex.task.done():
+                continue  # finished: its outcome is with the acker, whose write the fence judges
+            if ex.job.id not in result.held and ex.stop_reason is None:
                 log.warning("lease lost for job %d; stopping it here", ex.job.id,
                             extra=ex.log_extra())
                 ex.stop("lost")

@@ -22,6 +22,7 @@ from ._acker import Acker
 from ._executor import Execution, Executor
 from ._flow import CronScheduler, LeaderElector, Pruner, QueueSettings
 from ._gates import Gates
+from ._metrics import Metrics
 from ._producer import Producer
 from ._services import Heartbeat, Rescuer, Stager
 
@@ -63,6 +64,8 @@ class Worker:
                              config.completed_retention, config.discarded_retention)
         self.settings = QueueSettings(storage, self.node_id, self.producers,
                                       config.settings_interval, config.node_ttl)
+        self.metrics = Metrics(app, storage, self.node_id, self.leader, config.metrics_interval,
+                               config.metrics_retention, self.acker.drain)
         self.completed = 0
 
     # -- executions ----------------------------------------------------------------------
@@ -70,6 +73,7 @@ class Worker:
     def _start(self, job: Job, producer: Producer) -> None:
         ex = Execution(job, JobContext(job))
         self._executions[job.id] = ex
+        self.metrics.claimed(job)
         ex.task = asyncio.create_task(self._run_execution(ex, producer))
 
     async def _run_execution(self, ex: Execution, producer: Producer) -> None:
@@ -89,9 +93,11 @@ class Worker:
 
     def _on_flushed(self, acks: list[JobAck], applied: set[int]) -> None:
         for ack in acks:
-            self._executions.pop(ack.id, None)
+            ex = self._executions.pop(ack.id, None)
             if ack.id not in applied:
                 log.warning("outcome of job %d rejected by the fence (lease lost)", ack.id)
+            elif ex is not None:
+                self.metrics.finished(ex, ack)
         self.completed += len(applied)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -129,7 +135,7 @@ class Worker:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.acker.run(self._services_stop))
                 for service in (self.heartbeat, self.rescuer, self.stager, self.leader,
-                                self.cron, self.pruner, self.settings):
+                                self.cron, self.pruner, self.settings, self.metrics):
                     group.create_task(service.run(self._services_stop))
                 for producer in self.producers.values():
                     group.create_task(producer.run(self._stopping))
@@ -187,9 +193,9 @@ class Worker:
 
         def on_signal(signum: int) -> None:
             presses["n"] += 1
-            if signum == signal.SIGINT and presses["n"] > 1:
-                log.warning("second interrupt: exiting at once")
-                os._exit(130)
+            if presses["n"] > 1:  # a second SIGINT or SIGTERM: no more waiting
+                log.warning("second signal: exiting at once")
+                os._exit(128 + signum)
             self.request_stop()
 
         installed = []

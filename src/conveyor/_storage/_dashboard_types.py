@@ -106,6 +106,17 @@ class JobBulkParams:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class JobChanged:
+    """A job a bulk action changed, with the state it left."""
+
+    id: int
+    task: str
+    queue: str
+    attempt: int
+    previous: JobState
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class DbHealth:
     reachable: bool
     #: Highest applied migration, None when unknown.

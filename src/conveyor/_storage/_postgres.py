@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import re
 import threading
@@ -23,10 +24,12 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
 from .._errors import ConveyorError, DatabaseUnavailableError, SchemaError
 from .._job import Job
+from . import _postgres_fast
 from . import _protocol as p
 from ._postgres_dashboard import PostgresDashboardMixin
 from ._postgres_flow import PostgresFlowMixin
@@ -55,10 +58,31 @@ _INSERT_COLUMNS = (
     ("meta", "meta_json"), ("unique_key", "unique_key"), ("unique_states", "unique_states"),
     ("concurrency_key", "concurrency_key"),
 )
+#: Statements that use the reserved connections: a worker that cannot send them loses
+#: its leases (rescue, duplicate run) or holds finished jobs in limbo.
+_RESERVED = frozenset({"job_ack", "job_ack_completed", "job_heartbeat"})
 _ACK_COLUMNS = (
     ("id", "id"), ("lease_token", "lease_token"),
     ("result", "result_json"), ("error", "error_json"), ("attempt_delta", "attempt_delta"),
 )
+
+
+def _lenient_loads(data: str | bytes) -> Any:
+    """jsonb to Python; a value Python cannot read back (nested past the recursion
+    limit, written around the API) becomes None instead of failing every read of its
+    row, claims included. The worker discards a job whose args are unreadable."""
+    if data == b"[]":  # most JSON columns hold one of these: skip the parser
+        return []
+    if data == b"{}":
+        return {}
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    set_json_loads(_lenient_loads, conn)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,6 +95,9 @@ class PostgresConfig:
     #: How often idle producers poll when no wake-up arrives.
     poll_interval: float = 1.0
     connect_timeout: float = 5.0
+    #: Connections kept apart for heartbeats and acks (opened on first use), so that
+    #: handlers busy with the main pool can never starve a lease into expiring.
+    reserved_size: int = 2
 
 
 def _floats(values: Iterable[float | None]) -> list[float | None]:
@@ -105,6 +132,7 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         self._redacted = _redact(config.url)
         self._q = load_queries("postgres")
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
+        self._reserved: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
         self._lock = threading.Lock()
         self._listeners = 0
         self._listener: asyncio.Task[None] | None = None
@@ -149,11 +177,12 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         return {"autocommit": True, "connect_timeout": max(2, round(self._config.connect_timeout))}
 
     @contextlib.asynccontextmanager
-    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:
-        if self._pool is None:
+    async def _conn(self, reserved: bool = False) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:
+        pool = self._reserved if reserved else self._pool
+        if pool is None:
             raise DatabaseUnavailableError("storage is not open")
         with self._translate():
-            async with self._pool.connection() as conn:
+            async with pool.connection() as conn:
                 yield conn
 
     async def _fetch(
@@ -161,7 +190,7 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
     ) -> list[DictRow]:
         """Run one named query; queries that make jobs ready NOTIFY %(channel)s."""
         values = {**values, "channel": self._config.channel}
-        async with self._conn() as conn:
+        async with self._conn(reserved=name in _RESERVED) as conn:
             cur = await conn.execute(self._q[name], values, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
 
@@ -185,7 +214,7 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         pool = AsyncConnectionPool(
             self._config.url, connection_class=psycopg.AsyncConnection[DictRow], kwargs=kwargs,
             min_size=self._config.min_size, max_size=self._config.max_size, open=False,
-            name="conveyor",
+            name="conveyor", configure=_configure,
         )
         try:
             with self._translate():
@@ -194,6 +223,12 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
             await pool.close()  # stop its workers from reconnecting in the background
             raise
         self._pool = pool
+        self._reserved = AsyncConnectionPool(
+            self._config.url, connection_class=psycopg.AsyncConnection[DictRow], kwargs=kwargs,
+            min_size=0, max_size=max(self._config.reserved_size, 1), open=False,
+            name="conveyor-reserved", configure=_configure,
+        )
+        await self._reserved.open()
         if check_schema:
             try:
                 await self._check_schema()
@@ -206,8 +241,10 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         if task is not None and task.get_loop() is asyncio.get_running_loop():
             await asyncio.wait([task])  # let it close its connection before we return
         pool, self._pool = self._pool, None
-        if pool is not None:
-            await pool.close()
+        reserved, self._reserved = self._reserved, None
+        for each in (pool, reserved):
+            if each is not None:
+                await each.close()
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -288,6 +325,8 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
             return [job_from_row(r, json_text=False) for r in rows]
 
         jobs = list(params.jobs)
+        if connection is None and jobs and all(j.unique_key is None for j in jobs):
+            return await _postgres_fast.insert_plain(self._fetch, self._insert_values(jobs), jobs)
         out: list[Job | None] = [None] * len(jobs)
         for _ in range(_UNIQUE_ROUNDS):  # a holder may finish between insert and lookup
             if not jobs:
@@ -342,8 +381,10 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         return done
 
     async def job_fetch_available(self, params: p.JobFetchAvailableParams) -> list[Job]:
-        rows = await self._fetch("job_fetch_available", dataclasses.asdict(params))
-        return sort_for_claim([job_from_row(r, json_text=False) for r in rows])
+        async with self._conn() as conn:  # tuple rows: no dict per claimed job
+            jobs = await _postgres_fast.claim(conn, self._q["job_fetch_available"],
+                                              dataclasses.asdict(params))
+        return sort_for_claim(jobs)
 
     async def job_ack_many(self, params: p.JobAckManyParams) -> list[int]:
         # One UPDATE cannot apply two acks to one row; SQLite applies them in turn, where
@@ -354,10 +395,15 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         if not acks:
             return []
         batch = list(acks.values())
-        values: dict[str, Any] = {col: [getattr(x, a) for x in batch] for col, a in _ACK_COLUMNS}
-        values["state"] = [a.state.value for a in batch]
-        values["delay"] = _floats(a.delay for a in batch)
-        applied = {r["id"] for r in await self._fetch("job_ack", values)}
+
+        async def general(rest: Sequence[p.JobAck]) -> set[int]:
+            values: dict[str, Any] = {col: [getattr(x, a) for x in rest] for col, a in _ACK_COLUMNS}
+            values["state"] = [a.state.value for a in rest]
+            values["delay"] = _floats(a.delay for a in rest)
+            return {r["id"] for r in await self._fetch("job_ack", values)}
+
+        # plain completions go through the narrower job_ack_completed
+        applied = await _postgres_fast.ack_many(self._fetch, batch, general)
         return list(dict.fromkeys(a.id for a in batch if a.id in applied))
 
     async def job_heartbeat_many(
@@ -410,7 +456,7 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         values = dataclasses.asdict(params)
         values["queues"] = values.pop("queues_json")
         values["tasks"] = values.pop("tasks_json")
-        async with self._conn() as conn:
+        async with self._conn(reserved=True) as conn:  # part of the heartbeat
             await conn.execute(self._q["node_upsert"], values)
 
     async def node_delete(self, params: p.NodeDeleteParams) -> None:

@@ -19,11 +19,14 @@ from psycopg.rows import DictRow
 from .._errors import DatabaseUnavailableError
 from .._job import Job, JobState
 from ._dashboard_types import (
+    DISCARDABLE_FROM,
+    RETRYABLE_FROM,
     DbHealth,
     DbHealthParams,
     DepthPoint,
     FailureGroup,
     JobBulkParams,
+    JobChanged,
     JobCountByQueueParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
@@ -110,14 +113,29 @@ class PostgresDashboardMixin:
             for r in await self._read("job_failure_groups", values)
         ]
 
-    async def job_retry_matching(self, params: JobBulkParams) -> list[int]:
-        values = {**filter_values(params.filter), "limit": params.limit}
-        return sorted(r["id"] for r in await self._read("job_retry_matching", values))
-
-    async def job_discard_matching(self, params: JobBulkParams) -> list[int]:
+    async def _bulk(self, params: JobBulkParams, allowed: tuple[JobState, ...], update: str,
+                    extra: dict[str, Any]) -> list[JobChanged]:
+        """Lock the matching jobs (skipping locked ones) and change them, in one
+        transaction."""
         values = {**filter_values(params.filter), "limit": params.limit,
-                  "error": params.error_json}
-        return sorted(r["id"] for r in await self._read("job_discard_matching", values))
+                  "allowed": [s.value for s in allowed]}
+        async with self._conn() as conn, conn.transaction():
+            cur = await conn.execute(self._q["job_pick_matching"], values, prepare=False)
+            picked = await cur.fetchall()
+            if not picked:
+                return []
+            cur = await conn.execute(self._q[update], {
+                "ids": [r["id"] for r in picked], "channel": self._config.channel, **extra})
+            done = {r["id"] for r in await cur.fetchall()}
+        return [JobChanged(r["id"], r["task"], r["queue"], r["attempt"], JobState(r["state"]))
+                for r in picked if r["id"] in done]
+
+    async def job_retry_matching(self, params: JobBulkParams) -> list[JobChanged]:
+        return await self._bulk(params, RETRYABLE_FROM, "job_retry_ids", {})
+
+    async def job_discard_matching(self, params: JobBulkParams) -> list[JobChanged]:
+        return await self._bulk(params, DISCARDABLE_FROM, "job_discard_ids",
+                                {"error": params.error_json})
 
     async def job_count_running_by_node(self) -> dict[str, int]:
         rows = await self._read("job_count_running_by_node", {})

@@ -19,6 +19,7 @@ from ._dashboard_types import (
     DepthPoint,
     FailureGroup,
     JobBulkParams,
+    JobChanged,
     JobCountByQueueParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
@@ -320,11 +321,11 @@ class Storage(Protocol):
 
     async def job_failure_groups(self, params: JobFailureGroupsParams) -> list[FailureGroup]: ...
 
-    async def job_retry_matching(self, params: JobBulkParams) -> list[int]:
-        """Retry (as ``job_retry``) up to ``limit`` jobs matching the filter; their ids."""
+    async def job_retry_matching(self, params: JobBulkParams) -> list[JobChanged]:
+        """Retry (as ``job_retry``) up to ``limit`` jobs matching the filter, oldest first."""
 
-    async def job_discard_matching(self, params: JobBulkParams) -> list[int]:
-        """Discard up to ``limit`` waiting jobs matching the filter; their ids."""
+    async def job_discard_matching(self, params: JobBulkParams) -> list[JobChanged]:
+        """Discard up to ``limit`` waiting jobs matching the filter, oldest first."""
 
     async def job_count_running_by_node(self) -> dict[str, int]: ...
 

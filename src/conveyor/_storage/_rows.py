@@ -23,8 +23,13 @@ def _ts(value: Any) -> datetime | None:
 def job_from_row(row: Mapping[str, Any], json_text: bool) -> Job:
     """Build a Job from a row; ``json_text`` says JSON columns arrive as text (SQLite)."""
 
-    def _js(value: Any) -> Any:
-        return json.loads(value) if json_text and value is not None else value
+    def _js(value: Any, unreadable: Any = None) -> Any:
+        if not json_text or value is None:
+            return value
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):  # written around the API: never block the queue
+            return unreadable
 
     scheduled = _ts(row["scheduled_at"])
     created = _ts(row["created_at"])
@@ -33,7 +38,7 @@ def job_from_row(row: Mapping[str, Any], json_text: bool) -> Job:
         id=int(row["id"]),
         task=row["task"],
         queue=row["queue"],
-        args=_js(row["args"]),
+        args=_js(row["args"]),  # None when unreadable: the worker discards such a job
         kwargs=_js(row["kwargs"]),
         priority=int(row["priority"]),
         state=JobState(row["state"]),
@@ -43,10 +48,10 @@ def job_from_row(row: Mapping[str, Any], json_text: bool) -> Job:
         created_at=created,
         attempted_at=_ts(row["attempted_at"]),
         finished_at=_ts(row["finished_at"]),
-        errors=_js(row["errors"]),
+        errors=_js(row["errors"], []),
         result=_js(row["result"]),
-        tags=_js(row["tags"]),
-        meta=_js(row["meta"]),
+        tags=_js(row["tags"], []),
+        meta=_js(row["meta"], {}),
         lease_owner=row["lease_owner"],
         lease_token=row["lease_token"],
         lease_expires_at=_ts(row["lease_expires_at"]),

@@ -13,13 +13,15 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from .._errors import DatabaseUnavailableError, SchemaError
 from .._job import Job
+from . import _sqlite_fast
 from ._protocol import (
     Capabilities,
+    JobAck,
     JobAckManyParams,
     JobCancelParams,
     JobCountByStateParams,
@@ -75,6 +77,10 @@ def _insert_values(job: JobInsert) -> dict[str, Any]:
     }
 
 
+def _lenient_text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
 def _split_script(script: str) -> list[str]:
     statements, current = [], ""
     for line in script.splitlines(keepends=True):
@@ -122,6 +128,9 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
                 check_same_thread=False,
             )
             conn.row_factory = sqlite3.Row
+            # Text that is not UTF-8 (written around the API) must not fail every read of
+            # its row, claims included: undecodable bytes become U+FFFD.
+            conn.text_factory = _lenient_text
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self._config.busy_timeout * 1000)}")
@@ -271,6 +280,8 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
     # -- jobs ---------------------------------------------------------------------------
 
     def _insert_rows(self, conn: sqlite3.Connection, params: JobInsertManyParams) -> list[Job]:
+        if all(job.unique_key is None for job in params.jobs):  # one executemany
+            return _sqlite_fast.insert_plain(conn, self._q, params.jobs)
         sql, out = self._q["job_insert"], []
         for job in params.jobs:
             row = conn.execute(sql, _insert_values(job)).fetchone()
@@ -313,17 +324,16 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
         }
 
         def run(conn: sqlite3.Connection) -> list[Job]:
-            rows = conn.execute(self._q["job_fetch_available"], values).fetchall()
-            return [job_from_row(r, json_text=True) for r in rows]
+            return _sqlite_fast.claim(conn, self._q["job_fetch_available"], values)
 
         return sort_for_claim(await self._call(lambda c: self._write(c, run)))
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         sql = self._q["job_ack"]
 
-        def run(conn: sqlite3.Connection) -> list[int]:
+        def exact(conn: sqlite3.Connection, acks: Sequence[JobAck]) -> list[int]:
             applied = []
-            for ack in params.acks:
+            for ack in acks:
                 row = conn.execute(
                     sql,
                     {
@@ -341,6 +351,10 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
                     if row["state"] == "available":
                         self._hub.notify(row["queue"])
             return applied
+
+        def run(conn: sqlite3.Connection) -> list[int]:  # plain completions in one statement
+            return _sqlite_fast.ack_many(conn, self._q["job_ack_completed"], params.acks,
+                                         lambda acks: exact(conn, acks))
 
         return await self._call(lambda c: self._write(c, run))
 

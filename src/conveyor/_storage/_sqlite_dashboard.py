@@ -17,11 +17,14 @@ from urllib.parse import quote
 
 from .._job import Job, JobState
 from ._dashboard_types import (
+    DISCARDABLE_FROM,
+    RETRYABLE_FROM,
     DbHealth,
     DbHealthParams,
     DepthPoint,
     FailureGroup,
     JobBulkParams,
+    JobChanged,
     JobCountByQueueParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
@@ -112,17 +115,32 @@ class SQLiteDashboardMixin:
             for r in await self._read("job_failure_groups", values)
         ]
 
-    async def job_retry_matching(self, params: JobBulkParams) -> list[int]:
-        values = {**filter_values(params.filter), "limit": params.limit}
-        rows = await self._update("job_retry_matching", values)
-        for queue in {r["queue"] for r in rows}:
-            self._hub.notify(queue)
-        return sorted(r["id"] for r in rows)
-
-    async def job_discard_matching(self, params: JobBulkParams) -> list[int]:
+    async def _bulk(self, params: JobBulkParams, allowed: tuple[JobState, ...], update: str,
+                    extra: dict[str, Any]) -> list[JobChanged]:
+        """Pick the matching jobs and change them, in one transaction."""
         values = {**filter_values(params.filter), "limit": params.limit,
-                  "error": params.error_json}
-        return sorted(r["id"] for r in await self._update("job_discard_matching", values))
+                  "allowed": "," + ",".join(s.value for s in allowed) + ","}
+
+        def run(c: Conn) -> list[JobChanged]:
+            picked = c.execute(self._q["job_pick_matching"], values).fetchall()
+            if not picked:
+                return []
+            ids = json.dumps([r["id"] for r in picked])
+            done = {r["id"] for r in c.execute(self._q[update], {"ids": ids, **extra})}
+            return [JobChanged(r["id"], r["task"], r["queue"], r["attempt"], JobState(r["state"]))
+                    for r in picked if r["id"] in done]
+
+        return await self._call(lambda c: self._write(c, run))
+
+    async def job_retry_matching(self, params: JobBulkParams) -> list[JobChanged]:
+        changed = await self._bulk(params, RETRYABLE_FROM, "job_retry_ids", {})
+        for queue in {c.queue for c in changed}:
+            self._hub.notify(queue)
+        return changed
+
+    async def job_discard_matching(self, params: JobBulkParams) -> list[JobChanged]:
+        return await self._bulk(params, DISCARDABLE_FROM, "job_discard_ids",
+                                {"error": params.error_json})
 
     async def job_count_running_by_node(self) -> dict[str, int]:
         rows = await self._read("job_count_running_by_node", {})

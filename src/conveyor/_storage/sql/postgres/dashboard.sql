@@ -89,69 +89,53 @@ GROUP BY f.task, f.error
 ORDER BY count(*) DESC, max(f.id) DESC
 LIMIT %(limit)s;
 
--- name: job_retry_matching
--- As job_retry, for every job matching the filter (at most ``limit``), oldest first.
-WITH picked AS (
-    SELECT j.id FROM conveyor_jobs AS j
-    WHERE j.state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
-      AND (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
-      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-      AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
-      AND (%(text)s::text IS NULL
-           OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
-      AND (%(error_key)s::text IS NULL
-           OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
-              = %(error_key)s::text)
-      AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
-    ORDER BY j.id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), retried AS (
-    UPDATE conveyor_jobs AS j
+-- name: job_pick_matching
+-- The first step of a bulk action, in its transaction: lock up to ``limit`` jobs that
+-- match the filter and are in one of the ``allowed`` states, oldest first.
+SELECT j.id, j.task, j.queue, j.state, j.attempt FROM conveyor_jobs AS j
+WHERE j.state = ANY(%(allowed)s::text[])
+  AND (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
+  AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
+  AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+  AND (%(text)s::text IS NULL
+       OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
+  AND (%(error_key)s::text IS NULL
+       OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
+          = %(error_key)s::text)
+  AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+ORDER BY j.id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: job_retry_ids
+-- As job_retry, for many jobs (picked by job_pick_matching in the same transaction).
+WITH retried AS (
+    UPDATE conveyor_jobs
     SET state = 'available',
         scheduled_at = now(),
         finished_at = NULL,
-        max_attempts = GREATEST(j.max_attempts, j.attempt + 1),
+        max_attempts = GREATEST(max_attempts, attempt + 1),
         cancel_requested = false
-    FROM picked
-    WHERE j.id = picked.id
-      AND j.state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
-    RETURNING j.id, j.queue
+    WHERE id = ANY(%(ids)s::bigint[])
+      AND state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
+    RETURNING id, queue
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM retried) AS q
 )
-SELECT retried.id, retried.queue FROM retried CROSS JOIN woken;
+SELECT retried.id FROM retried CROSS JOIN woken;
 
--- name: job_discard_matching
+-- name: job_discard_ids
 -- Waiting jobs only: a running job is cancelled instead, through its worker.
-WITH picked AS (
-    SELECT j.id FROM conveyor_jobs AS j
-    WHERE j.state IN ('scheduled', 'available', 'retryable')
-      AND (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
-      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
-      AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
-      AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
-      AND (%(text)s::text IS NULL
-           OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
-      AND (%(error_key)s::text IS NULL
-           OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
-              = %(error_key)s::text)
-      AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
-    ORDER BY j.id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE conveyor_jobs AS j
+UPDATE conveyor_jobs
 SET state = 'discarded',
     finished_at = now(),
-    errors = j.errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object(
-                 'attempt', j.attempt,
+    errors = errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object(
+                 'attempt', attempt,
                  'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
-FROM picked
-WHERE j.id = picked.id AND j.state IN ('scheduled', 'available', 'retryable')
-RETURNING j.id, j.queue;
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('scheduled', 'available', 'retryable')
+RETURNING id;
 
 -- name: job_count_running_by_node
 SELECT lease_owner AS node, count(*) AS n FROM conveyor_jobs

@@ -88,32 +88,36 @@ GROUP BY f.task, f.error
 ORDER BY count(*) DESC, max(f.id) DESC
 LIMIT :limit;
 
--- name: job_retry_matching
--- As job_retry, for every job matching the filter (at most :limit), oldest first.
+-- name: job_pick_matching
+-- The first step of a bulk action, in its transaction: up to :limit jobs that match
+-- the filter and are in one of the :allowed states (',a,b,'), oldest first.
+SELECT j.id, j.task, j.queue, j.state, j.attempt FROM conveyor_jobs AS j
+WHERE instr(:allowed, ',' || j.state || ',') > 0
+  AND (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
+  AND (:queue IS NULL OR j.queue = :queue)
+  AND (:task IS NULL OR j.task = :task)
+  AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+  AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
+  AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
+                  CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
+                       THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
+  AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
+ORDER BY j.id
+LIMIT :limit;
+
+-- name: job_retry_ids
+-- As job_retry, for many jobs (picked by job_pick_matching in the same transaction).
 UPDATE conveyor_jobs
 SET state = 'available',
     scheduled_at = (julianday('now') - 2440587.5) * 86400.0,
     finished_at = NULL,
     max_attempts = max(max_attempts, attempt + 1),
     cancel_requested = 0
-WHERE id IN (
-    SELECT j.id FROM conveyor_jobs AS j
-    WHERE j.state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
-      AND (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
-      AND (:queue IS NULL OR j.queue = :queue)
-      AND (:task IS NULL OR j.task = :task)
-      AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
-      AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
-      AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
-                      CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
-                           THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
-      AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
-    ORDER BY j.id
-    LIMIT :limit
-)
-RETURNING id, queue;
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
+RETURNING id;
 
--- name: job_discard_matching
+-- name: job_discard_ids
 -- Waiting jobs only: a running job is cancelled instead, through its worker.
 UPDATE conveyor_jobs
 SET state = 'discarded',
@@ -121,22 +125,9 @@ SET state = 'discarded',
     errors = json_insert(errors, '$[#]', json_set(json(:error),
                  '$.attempt', attempt,
                  '$.at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
-WHERE id IN (
-    SELECT j.id FROM conveyor_jobs AS j
-    WHERE j.state IN ('scheduled', 'available', 'retryable')
-      AND (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
-      AND (:queue IS NULL OR j.queue = :queue)
-      AND (:task IS NULL OR j.task = :task)
-      AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
-      AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
-      AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
-                      CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
-                           THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
-      AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
-    ORDER BY j.id
-    LIMIT :limit
-)
-RETURNING id, queue;
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND state IN ('scheduled', 'available', 'retryable')
+RETURNING id;
 
 -- name: job_count_running_by_node
 SELECT lease_owner AS node, count(*) AS n FROM conveyor_jobs

@@ -1,0 +1,169 @@
+"""``python -m bench``: the full suite (``make bench``) or a quick pass (``--quick``).
+
+Each case runs ``--repeat`` times on each backend; ``bench/results/<backend>_<case>.json``
+keeps every run, the medians and the environment, and ``summary.md`` the table.
+Example: ``python -m bench --backends sqlite --cases w3 --repeat 3``
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from conveyor import Conveyor
+
+from . import _env, _report, w_burndown, w_enqueue, w_latency, w_steady
+from ._targets import Target
+from .apps import register
+
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+Run = Callable[[Target], dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    id: str
+    run: Run
+    params: dict[str, Any]
+
+
+def _backlog(total: int, backlog: int, concurrency: int) -> Run:
+    """Workload 6: the same burn-down on an empty table, then with the backlog present."""
+
+    def run(target: Target) -> dict[str, Any]:
+        empty = w_burndown.burndown(target, total, concurrency)
+        full = w_burndown.burndown(target, total, concurrency, backlog=backlog)
+        slowdown = 100 * (1 - full.get("jobs_per_s", 0) / empty.get("jobs_per_s", 1))
+        return {**full, "jobs_per_s_empty": empty.get("jobs_per_s"),
+                "slowdown_pct": round(slowdown, 1),
+                "exactly_once": empty["exactly_once"] and full["exactly_once"]}
+
+    return run
+
+
+def _burndown(total: int, concurrency: int) -> Run:
+    return lambda target: w_burndown.burndown(target, total, concurrency)
+
+
+def plan(quick: bool, steady_seconds: float) -> list[Case]:
+    """Every case of the issue's workloads 1-7 (8 is derived from 3 and 4)."""
+    n = 2_000 if quick else 100_000
+    bulk = 2_000 if quick else 1_000_000
+    single = 200 if quick else 10_000
+    lat = 20 if quick else 1_000
+    window = 1 if quick else 10
+    cases = [
+        Case("w1_bulk_b1000", lambda t: w_enqueue.bulk(t, bulk, 1000), {"jobs": bulk}),
+        Case("w1_bulk_b10000", lambda t: w_enqueue.bulk(t, bulk, 10_000), {"jobs": bulk}),
+        Case("w2_single_t1", lambda t: w_enqueue.single(t, single, 1), {"jobs": single}),
+        Case("w2_single_t8", lambda t: w_enqueue.single(t, single, 8), {"jobs": single}),
+    ]
+    for c in (10,) if quick else (10, 100, 1000):
+        cases.append(Case(f"w3_burndown_c{c}", _burndown(n, c), {"jobs": n, "concurrency": c}))
+    cases += [
+        Case("w3_burndown_sync_c100", lambda t: w_burndown.burndown(t, n, 100, "sync"),
+             {"jobs": n, "concurrency": 100, "handlers": "sync"}),
+        Case("w4_steady", lambda t: w_steady.steady(t, steady_seconds, 100, 5000, window),
+             {"seconds": steady_seconds, "concurrency": 100, "ready": 5000, "window_s": window}),
+        Case("w5_latency_in_process", lambda t: w_latency.in_process(t, lat, 0.01),
+             {"jobs": lat, "spacing_s": 0.01}),
+        Case("w5_latency_cross_process", lambda t: w_latency.cross_process(t, lat, 0.01),
+             {"jobs": lat, "spacing_s": 0.01}),
+        Case("w6_backlog_c100", _backlog(n, 3_000 if quick else 1_000_000, 100),
+             {"jobs": n, "backlog_rows": 3_000 if quick else 1_000_000, "concurrency": 100}),
+        Case("w7_retry_c100", lambda t: w_burndown.burndown(t, n, 100, "retry"),
+             {"jobs": n, "concurrency": 100, "fail_first_attempt": "every even job"}),
+    ]
+    return cases
+
+
+def default_pg_url() -> str:
+    url = os.environ.get("CONVEYOR_BENCH_POSTGRES_URL")
+    if url:
+        return url
+    if os.path.exists("/var/run/postgresql/.s.PGSQL.5432"):
+        return "postgresql://postgres@/conveyor_bench?host=/var/run/postgresql"
+    return "postgresql://postgres@127.0.0.1:5432/conveyor_bench"
+
+
+def derive_memory(out_dir: Path, backend: str, env: dict[str, Any]) -> None:
+    """Workload 8: the worker's peak RSS in the burn-downs (3) and the steady state (4)."""
+    docs = _report.load(out_dir)
+    burn = [r.get("peak_rss_mb", 0) for (c, b), d in docs.items() if b == backend
+            and c.startswith("w3_") for r in d["runs"]]
+    steady = [r.get("peak_rss_mb", 0) for (c, b), d in docs.items() if b == backend
+              and c.startswith("w4_") for r in d["runs"]]
+    if burn or steady:
+        run = {"peak_rss_mb_burndown": max(burn, default=0.0),
+               "peak_rss_mb_steady": max(steady, default=0.0)}
+        run["peak_rss_mb"] = max(run.values())
+        _report.write_case(out_dir, "w8_memory", backend, [run], env,
+                           "derived from the w3 and w4 runs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--pg-url", default=default_pg_url(),
+                        help="a database whose name contains 'bench' or 'test'; it is emptied")
+    parser.add_argument("--cases", default="", help="comma-separated case id prefixes")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks, not figures")
+    parser.add_argument("--steady-seconds", type=float, default=300.0)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/conveyor-bench"))
+    args = parser.parse_args(argv)
+    wanted = [p for p in args.cases.split(",") if p]
+    cases = [c for c in plan(args.quick, args.steady_seconds)
+             if not wanted or any(c.id.startswith(p) for p in wanted)]
+    for backend in [b for b in args.backends.split(",") if b]:
+        target = (Target.sqlite(args.workdir) if backend == "sqlite"
+                  else Target.postgres(args.pg_url, args.workdir))
+        run_backend(target, cases, args)
+        target.close()
+        derive_memory(args.out, backend, environment(target, {}))
+    (args.out / "summary.md").write_text(_report.summary(_report.load(args.out)))
+    print(f"wrote {args.out / 'summary.md'}")
+    return 0
+
+
+def environment(target: Target, params: dict[str, Any]) -> dict[str, Any]:
+    spec = register(Conveyor(target.url))["noop"].job(50_000).to_insert(1 << 20)
+    return {"machine": _env.machine(), "database": target.settings(), "params": params,
+            "payload_bytes": len(spec.args_json) + len(spec.kwargs_json),
+            "payload": "noop(i): args [i], kwargs {}"}
+
+
+def run_backend(target: Target, cases: list[Case], args: argparse.Namespace) -> None:
+    for case in cases:
+        runs = []
+        for i in range(args.repeat):
+            began = time.monotonic()
+            runs.append(case.run(target))
+            print(f"{target.backend} {case.id} run {i + 1}/{args.repeat}: "
+                  f"{_summary_line(runs[-1])} ({time.monotonic() - began:.1f}s)", flush=True)
+        command = shlex.join(["python", "-m", "bench", "--backends", target.backend,
+                              "--cases", case.id, "--repeat", str(args.repeat),
+                              *(["--quick"] if args.quick else []),
+                              *(["--steady-seconds", f"{args.steady_seconds:g}"]
+                                if case.id.startswith("w4") else [])])
+        _report.write_case(args.out, case.id, target.backend, runs,
+                           environment(target, case.params), command)
+
+
+def _summary_line(result: dict[str, Any]) -> str:
+    keys = ("jobs_per_s", "p50_ms", "p99_ms", "cpu_us_per_job", "round_trips_per_job",
+            "exactly_once", "slowdown_pct", "peak_rss_mb")
+    return " ".join(f"{k}={result[k]}" for k in keys if k in result)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

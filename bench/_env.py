@@ -1,0 +1,93 @@
+"""What every result records about the machine, the interpreter and the databases."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+import subprocess
+import sys
+import time
+from importlib import metadata
+from typing import Any
+
+import psycopg
+
+import conveyor
+from conveyor._storage._sqlite import SQLiteConfig, SQLiteStorage
+from conveyor._storage._wake import WakeHub
+
+#: Pragmas Conveyor's SQLite connection runs with, as read back from a live one.
+SQLITE_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys",
+                  "cache_size", "page_size", "mmap_size", "temp_store")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git() -> dict[str, Any]:
+    def run(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False,
+                              cwd=os.path.dirname(os.path.abspath(__file__)))
+        return done.stdout.strip()
+
+    return {"commit": run("rev-parse", "--short", "HEAD"),
+            "dirty": bool(run("status", "--porcelain", "--untracked-files=no"))}
+
+
+def machine() -> dict[str, Any]:
+    """CPU, cores, OS, Python and driver versions, load average at the time."""
+    return {
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "python_impl": platform.python_implementation(),
+        "conveyor": conveyor.__version__,
+        "psycopg": psycopg.__version__,
+        "psycopg_binary": _version("psycopg-binary"),
+        "psycopg_pool": _version("psycopg-pool"),
+        "libpq": psycopg.pq.version(),
+        "sqlite": sqlite3.sqlite_version,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+        "git": _git(),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def sqlite_settings(path: str) -> dict[str, Any]:
+    """The pragmas of a connection opened exactly as Conveyor opens its own."""
+    conn = SQLiteStorage(SQLiteConfig(path=path), WakeHub())._connect()
+    try:
+        pragmas = {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in SQLITE_PRAGMAS}
+    finally:
+        conn.close()
+    return {"sqlite_version": sqlite3.sqlite_version, "pragmas": pragmas}
+
+
+def postgres_settings(url: str) -> dict[str, Any]:
+    """Server version and every setting that differs from its built-in default."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        version = conn.execute("SHOW server_version").fetchone()
+        rows = conn.execute(
+            "SELECT name, current_setting(name) FROM pg_settings"
+            " WHERE source NOT IN ('default', 'override', 'client', 'session')"
+            " ORDER BY name").fetchall()
+        conn_kind = "unix socket" if conn.info.host.startswith("/") else f"tcp {conn.info.host}"
+    return {"server_version": version[0] if version else None, "connection": conn_kind,
+            "non_default_settings": dict(rows)}

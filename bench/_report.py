@@ -1,0 +1,114 @@
+"""Medians of repeated runs, one JSON file per case, and ``summary.md`` with targets."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+#: (case id prefix, backend) -> (metric, "min"/"max", bound, label): the issue's targets.
+TARGETS: dict[tuple[str, str], list[tuple[str, str, float, str]]] = {
+    ("w1_bulk", "sqlite"): [("jobs_per_s", "min", 200_000, ">= 200,000 jobs/s")],
+    ("w1_bulk", "postgres"): [("jobs_per_s", "min", 100_000, ">= 100,000 jobs/s")],
+    ("w2_single_t1", "sqlite"): [("jobs_per_s", "min", 10_000, ">= 10,000 jobs/s")],
+    ("w2_single_t1", "postgres"): [("jobs_per_s", "min", 4_000, ">= 4,000 jobs/s")],
+    ("w3_burndown", "sqlite"): [("jobs_per_s", "min", 60_000, ">= 60,000 jobs/s (best c)")],
+    ("w3_burndown", "postgres"): [("jobs_per_s", "min", 30_000, ">= 30,000 jobs/s (best c)")],
+    ("w4_steady", "sqlite"): [("jobs_per_s", "min", 40_000, ">= 40,000 jobs/s"),
+                              ("last_vs_first_third", "min", 0.9, "no downward trend")],
+    ("w4_steady", "postgres"): [("jobs_per_s", "min", 20_000, ">= 20,000 jobs/s"),
+                                ("last_vs_first_third", "min", 0.9, "no downward trend")],
+    ("w5_latency_in", "sqlite"): [("p50_ms", "max", 2, "p50 <= 2 ms"),
+                                  ("p99_ms", "max", 10, "p99 <= 10 ms")],
+    ("w5_latency_cross", "sqlite"): [("p50_ms", "max", 10, "p50 <= 10 ms"),
+                                     ("p99_ms", "max", 50, "p99 <= 50 ms")],
+    ("w5_latency_cross", "postgres"): [("p50_ms", "max", 3, "p50 <= 3 ms"),
+                                       ("p99_ms", "max", 15, "p99 <= 15 ms")],
+    ("w6_backlog", "sqlite"): [("slowdown_pct", "max", 15, "slowdown <= 15%")],
+    ("w6_backlog", "postgres"): [("slowdown_pct", "max", 15, "slowdown <= 15%")],
+    ("w8_memory", "sqlite"): [("peak_rss_mb", "max", 150, "peak RSS <= 150 MB")],
+    ("w8_memory", "postgres"): [("peak_rss_mb", "max", 150, "peak RSS <= 150 MB")],
+}
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median of every numeric field; booleans must hold in every run."""
+    out: dict[str, Any] = {}
+    for key in runs[0]:
+        values = [run.get(key) for run in runs]
+        numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+        if all(isinstance(v, bool) for v in values):
+            out[key] = all(values)
+        elif len(numbers) == len(values):
+            out[key] = round(statistics.median(numbers), 3)
+    return out
+
+
+def write_case(out_dir: Path, case: str, backend: str, runs: list[dict[str, Any]],
+               env: dict[str, Any], command: str) -> dict[str, Any]:
+    doc = {"case": case, "backend": backend, "command": command, "environment": env,
+           "runs": runs, "median": median_of(runs)}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{backend}_{case}.json").write_text(json.dumps(doc, indent=2, default=str))
+    return doc
+
+
+def load(out_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    docs = {}
+    for path in sorted(out_dir.glob("*.json")):
+        doc = json.loads(path.read_text())
+        docs[(doc["case"], doc["backend"])] = doc
+    return docs
+
+
+def verdict(case: str, backend: str, median: dict[str, Any]) -> str:
+    checks = next((t for (prefix, b), t in TARGETS.items()
+                   if b == backend and case.startswith(prefix)), [])
+    marks = []
+    for metric, kind, bound, label in checks:
+        value = median.get(metric)
+        if value is None:
+            continue
+        ok = value >= bound if kind == "min" else value <= bound
+        marks.append(f"{'met' if ok else 'MISSED'}: {label}")
+    return "; ".join(marks)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.3g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "-" if value is None else str(value)
+
+
+COLUMNS = ("jobs_per_s", "p50_ms", "p99_ms", "cpu_us_per_job", "round_trips_per_job",
+           "exactly_once", "peak_rss_mb", "slowdown_pct", "last_vs_first_third")
+
+
+def summary(docs: dict[tuple[str, str], dict[str, Any]]) -> str:
+    """The markdown table: one row per case and backend, medians, the command, targets."""
+    lines = ["# Benchmark results", "",
+             "Medians of the runs in each JSON file (`runs` has every run). Commands run from "
+             "the repository root. Regenerate with `make bench`.", ""]
+    envs = {doc["environment"]["machine"]["cpu"] for doc in docs.values()}
+    if docs:
+        machine = next(iter(docs.values()))["environment"]["machine"]
+        lines += [f"Machine: {', '.join(sorted(envs))}, {machine['cores']} cores, Python "
+                  f"{machine['python']}, SQLite {machine['sqlite']}, psycopg "
+                  f"{machine['psycopg']} (libpq {machine['libpq']}).", ""]
+    head = ["case", "backend", "runs", *COLUMNS, "target"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (case, backend), doc in sorted(docs.items()):
+        med = doc["median"]
+        cells = [case, backend, str(len(doc["runs"]))]
+        cells += [_fmt(med.get(c)) for c in COLUMNS]
+        cells.append(verdict(case, backend, med))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Commands", ""]
+    for (case, backend), doc in sorted(docs.items()):
+        lines.append(f"- `{case}` ({backend}): `{doc['command']}`")
+    return "\n".join(lines) + "\n"

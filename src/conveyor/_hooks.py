@@ -1,0 +1,169 @@
+"""Extension points of an app: middleware around every job execution, listeners of
+persisted state changes, and enqueue hooks that may add to a job's ``meta``.
+
+Example::
+
+    @app.add_middleware
+    async def timed(job: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        started = time.monotonic()
+        try:
+            return await call_next()
+        finally:
+            print(job.task, time.monotonic() - started)
+
+    @app.on_state_change
+    def audit(change: StateChange) -> None:
+        print(change.job_id, change.previous, "->", change.state)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+from ._context import JobContext
+from ._job import Job, JobState
+from ._storage import Storage
+from ._storage._protocol import JobGetParams, JobInsert
+
+log = logging.getLogger("conveyor.hooks")
+
+#: ``async def mw(job, call_next) -> result``: call ``call_next()`` once and return
+#: (or transform) its result; exceptions, Snooze, Cancel and Discard pass through it.
+Middleware = Callable[[JobContext, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+#: Called on the event loop that persisted the change: keep it quick.
+StateListener = Callable[["StateChange"], None]
+#: ``hook(task_name, meta)`` may add JSON values to ``meta`` before the job is written.
+EnqueueHook = Callable[[str, dict[str, Any]], None]
+
+#: Where a change came from.
+SOURCES = ("enqueue", "worker", "api", "dashboard")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StateChange:
+    """One persisted transition of one job.
+
+    ``previous`` is None for an enqueue. ``run_time`` (seconds) and ``node`` are set
+    for outcomes written by a worker; ``error`` when the transition recorded one.
+    """
+
+    job_id: int
+    task: str
+    queue: str
+    attempt: int
+    state: JobState
+    previous: JobState | None
+    source: str
+    error: str | None = None
+    run_time: float | None = None
+    node: str | None = None
+
+
+class Hooks:
+    """The registry behind ``app.add_middleware``, ``app.on_state_change`` and
+    ``app.hooks.add_enqueue_hook``. Registration is for start-up, before workers run."""
+
+    def __init__(self) -> None:
+        self.middleware: list[Middleware] = []
+        self.listeners: list[StateListener] = []
+        self.enqueue_hooks: list[EnqueueHook] = []
+
+    def add_middleware(self, middleware: Middleware) -> Middleware:
+        """The first added is the outermost."""
+        self.middleware.append(middleware)
+        return middleware
+
+    def add_listener(self, listener: StateListener) -> StateListener:
+        self.listeners.append(listener)
+        return listener
+
+    def add_enqueue_hook(self, hook: EnqueueHook) -> EnqueueHook:
+        self.enqueue_hooks.append(hook)
+        return hook
+
+    # -- used by the runtime ----------------------------------------------------------------
+
+    async def run(self, ctx: JobContext, call: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``call`` inside every middleware, outermost first."""
+        chain = self.middleware
+        if not chain:
+            return await call()
+
+        async def at(i: int) -> Any:
+            if i == len(chain):
+                return await call()
+            return await chain[i](ctx, lambda: at(i + 1))
+
+        return await at(0)
+
+    def emit(self, changes: Iterable[StateChange]) -> None:
+        """Tell every listener; a failing listener is logged, never raised."""
+        for change in changes:
+            for listener in self.listeners:
+                try:
+                    listener(change)
+                except Exception:
+                    log.exception("state-change listener %r failed", listener)
+
+    def emit_jobs(self, jobs: Sequence[Job], previous: JobState | None, source: str) -> None:
+        """Emit the change each job (as persisted) just went through."""
+        if self.listeners:
+            self.emit(job_change(job, previous, source) for job in jobs)
+
+    async def state_before(self, storage: Storage, job_id: int) -> JobState | None:
+        """The job's state before an API change; only read when someone listens."""
+        if not self.listeners:
+            return None
+        job = await storage.job_get(JobGetParams(job_id))
+        return job.state if job is not None else None
+
+    def changed(self, job: Job | None, previous: JobState | None, source: str) -> None:
+        """An API change returned ``job``; emit it if its state really changed."""
+        if job is not None and self.listeners and job.state != previous:
+            self.emit([job_change(job, previous, source)])
+
+    def prepare(self, insert: JobInsert) -> JobInsert:
+        """Let enqueue hooks add to the job's meta (it stays JSON)."""
+        if not self.enqueue_hooks:
+            return insert
+        meta = json.loads(insert.meta_json)
+        for hook in self.enqueue_hooks:
+            hook(insert.task, meta)
+        return dataclasses.replace(insert, meta_json=json.dumps(meta, separators=(",", ":")))
+
+
+class Observable:
+    """The hook registration methods of ``Conveyor`` (a mixin)."""
+
+    hooks: Hooks
+
+    def add_middleware(self, middleware: Middleware) -> Middleware:
+        """Wrap every job execution in ``middleware``; usable as a decorator.
+
+        Example::
+
+            @app.add_middleware
+            async def traced(job: JobContext, call_next):
+                with tracer.start_as_current_span(job.task):
+                    return await call_next()
+        """
+        return self.hooks.add_middleware(middleware)
+
+    def on_state_change(self, listener: StateListener) -> StateListener:
+        """Call ``listener(change)`` after every persisted transition of a job: enqueue,
+        claim, each outcome, and retries, cancels and discards by the API or dashboard.
+
+        Example: ``app.on_state_change(lambda c: print(c.job_id, c.state))``
+        """
+        return self.hooks.add_listener(listener)
+
+
+def job_change(job: Job, previous: JobState | None, source: str) -> StateChange:
+    error = str(job.errors[-1].get("error")) if job.errors and previous is not None else None
+    return StateChange(job.id, job.task, job.queue, job.attempt, job.state, previous, source,
+                       error=error if job.state in (JobState.DISCARDED, JobState.RETRYABLE)
+                       else None)

@@ -1,0 +1,224 @@
+"""Per-minute metric rollups, and the worker side of the state-change hook.
+
+Each finished attempt adds to in-memory counters keyed by (minute, queue, task,
+metric); every few seconds the writer adds them to the database in one transaction,
+to the minute rollups and to the never-pruned totals behind ``/metrics``. Values are
+added to what a row holds, so any number of nodes write the same rows. The leader
+also samples queue depth once a minute and prunes rollups past their retention.
+
+Minutes are taken from this machine's wall clock (``time.time()``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
+
+from .._hooks import StateChange
+from .._job import Job, JobState
+from .._storage import Storage
+from .._storage._dashboard_types import (
+    MetricRow,
+    MetricsAddParams,
+    MetricsDepthSampleParams,
+    MetricsPruneParams,
+)
+from .._storage._protocol import JobAck
+from ._service import Service
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from .._app import Conveyor
+    from ._executor import Execution
+
+log = logging.getLogger("conveyor.metrics")
+
+#: Upper bounds (seconds) of the histogram buckets of run time and queue latency; the
+#: last bucket (index ``len(BOUNDS)``) is everything above.
+BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+#: What an attempt ended as, in the ``outcome`` label and metric names.
+OUTCOMES = ("completed", "retried", "discarded", "cancelled", "snoozed")
+#: Metric names that count failures (for the failure rate).
+FAILED = ("retried", "discarded")
+
+Key = tuple[float | None, str, str, str]
+
+
+class Leadership(Protocol):
+    @property
+    def is_leader(self) -> bool: ...
+
+
+def outcome_of(ack: JobAck) -> str:
+    """The outcome an ack records: a given-back attempt (snooze, throttle, shutdown)
+    is ``snoozed``; an error with attempts left is ``retried``."""
+    if ack.state == JobState.COMPLETED:
+        return "completed"
+    if ack.state in (JobState.DISCARDED, JobState.CANCELLED):
+        return ack.state.value
+    return "snoozed" if ack.attempt_delta < 0 else "retried"
+
+
+def bucket_index(seconds: float) -> int:
+    return bisect.bisect_left(BOUNDS, seconds)
+
+
+def minute_of(ts: float) -> float:
+    return float(math.floor(ts / 60.0) * 60)
+
+
+class Metrics(Service):
+    """Collects what this worker's jobs did; flushes rollups, samples depth, prunes.
+
+    Example (tests): ``metrics.finished(ex, ack); await metrics.run_once()``
+    """
+
+    name = "metrics"
+
+    def __init__(self, app: Conveyor, storage: Storage, node_id: str, leader: Leadership,
+                 interval: float, retention: float,
+                 drained: Callable[[], Awaitable[None]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._app, self._storage, self._node_id, self._leader = app, storage, node_id, leader
+        self.interval = interval
+        self.retention = retention
+        self._drained = drained
+        self._clock = clock
+        self._pending: dict[Key, float] = {}
+        self._cells: dict[tuple[float, str, str], _Cell] = {}
+        self._sampled: float | None = None
+        self._pruned = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.retention > 0
+
+    # -- collecting ------------------------------------------------------------------------
+
+    def claimed(self, job: Job) -> None:
+        """A producer claimed ``job`` (available -> running)."""
+        if self._app.hooks.listeners:
+            self._app.hooks.emit([StateChange(job.id, job.task, job.queue, job.attempt,
+                                              JobState.RUNNING, JobState.AVAILABLE, "worker",
+                                              node=self._node_id)])
+
+    def finished(self, ex: Execution, ack: JobAck) -> None:
+        """The outcome of ``ex`` was written (the fence held)."""
+        job = ex.job
+        if self.enabled:
+            latency = None
+            if job.attempted_at is not None:
+                latency = max((job.attempted_at - job.scheduled_at).total_seconds(), 0.0)
+            self.record(job.queue, job.task, outcome_of(ack), ex.run_time, latency)
+        if self._app.hooks.listeners:
+            error = json.loads(ack.error_json).get("error") if ack.error_json else None
+            self._app.hooks.emit([StateChange(job.id, job.task, job.queue, job.attempt,
+                                              ack.state, JobState.RUNNING, "worker", error,
+                                              ex.run_time, self._node_id)])
+
+    def record(self, queue: str, task: str, outcome: str, run_time: float | None,
+               latency: float | None) -> None:
+        """Count one attempt; runs per job, so it only bumps one cell's counters (the
+        rows are expanded from the cells once per flush, in ``_fold``)."""
+        key = (minute_of(self._clock()), queue, task)
+        cell = self._cells.get(key)
+        if cell is None:
+            cell = self._cells[key] = _Cell()
+        cell.add(outcome, run_time, latency)
+
+    def _fold(self) -> None:
+        """Expand the cells into ``_pending``: one row per minute and one per total."""
+        cells, self._cells = self._cells, {}
+        pending = self._pending
+        for (minute, queue, task), cell in cells.items():
+            for metric, value in cell.samples():
+                for bucket in (minute, None):
+                    key = (bucket, queue, task, metric)
+                    pending[key] = pending.get(key, 0.0) + value
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def flush(self) -> int:
+        """Add what was collected since the last flush; kept for the next one on failure."""
+        self._fold()
+        pending, self._pending = self._pending, {}
+        if not pending:
+            return 0
+        rows = [MetricRow(queue, task, metric, value, bucket)
+                for (bucket, queue, task, metric), value in sorted(pending.items(), key=_order)]
+        try:
+            await self._storage.metrics_add(MetricsAddParams(rows))
+        except BaseException:
+            for key, value in pending.items():
+                self._pending[key] = self._pending.get(key, 0.0) + value
+            raise
+        return len(rows)
+
+    async def run_once(self) -> int:
+        if not self.enabled:
+            return 0
+        written = await self.flush()
+        if self._leader.is_leader:
+            now = self._clock()
+            minute = minute_of(now)
+            if minute != self._sampled:
+                await self._storage.metrics_depth_sample(MetricsDepthSampleParams(minute))
+                self._sampled = minute
+            if now - self._pruned >= 300:
+                pruned = await self._storage.metrics_prune(MetricsPruneParams(now - self.retention))
+                self._pruned = now
+                if pruned:
+                    log.debug("pruned %d metric rows older than %.0fs", pruned, self.retention)
+        return written
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Run until stopped, then write what the last acks added."""
+        if not self.enabled:
+            return
+        await super().run(stopping)
+        if self._drained is not None:
+            await self._drained()
+        with contextlib.suppress(Exception):
+            await self.flush()
+
+
+class _Cell:
+    """What one (minute, queue, task) collected: outcome counts, and for run time and
+    queue latency their sum, count and histogram."""
+
+    __slots__ = ("latency", "outcomes", "runtime")
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, int] = {}
+        # [sum, count, bucket counts...]
+        self.runtime: list[float] = [0.0] * (len(BOUNDS) + 3)
+        self.latency: list[float] = [0.0] * (len(BOUNDS) + 3)
+
+    def add(self, outcome: str, run_time: float | None, latency: float | None) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        for acc, value in ((self.runtime, run_time), (self.latency, latency)):
+            if value is not None:
+                acc[0] += value
+                acc[1] += 1
+                acc[2 + bisect.bisect_left(BOUNDS, value)] += 1
+
+    def samples(self) -> list[tuple[str, float]]:
+        out = [(outcome, float(n)) for outcome, n in self.outcomes.items()]
+        for name, acc in (("runtime", self.runtime), ("latency", self.latency)):
+            if acc[1]:
+                out += [(f"{name}_sum", acc[0]), (f"{name}_count", acc[1])]
+                out += [(f"{name}_b{i}", n) for i, n in enumerate(acc[2:]) if n]
+        return out
+
+
+def _order(item: tuple[Key, float]) -> tuple[float, str, str, str]:
+    """Minute rows first, then totals, each in key order (a fixed lock order)."""
+    (bucket, queue, task, metric), _ = item
+    return (bucket if bucket is not None else math.inf, queue, task, metric)

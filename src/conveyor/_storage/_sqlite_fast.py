@@ -1,0 +1,72 @@
+"""SQLite hot paths: one ``executemany`` per batch instead of one statement per job.
+
+All of them run on the storage thread inside the caller's write transaction.
+
+* Plain inserts (no unique key in the batch) go in with one ``executemany`` and no
+  RETURNING. Their ids are contiguous: the table is ``AUTOINCREMENT``, so each new
+  rowid is one more than the largest ever used, and no other writer can interleave
+  while this transaction holds the write lock. The Jobs are built from what was sent.
+* Claims read tuple rows, not ``sqlite3.Row``, and decode them with ``_fast``.
+* Completed acks without an error (nearly all of them) are one ``executemany``; when
+  its row count shows a fence rejected some of them, the savepoint is rolled back and
+  the batch takes the exact per-row path, which reports each rejection.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .._job import Job
+from ._fast import jobs_from_inserts, jobs_from_rows, plain_completed
+from ._protocol import JobAck, JobInsert
+
+
+def insert_plain(conn: sqlite3.Connection, queries: Mapping[str, str],
+                 jobs: Sequence[JobInsert]) -> list[Job]:
+    """Insert jobs that carry no unique key; returns them as written."""
+    cur = conn.cursor()
+    now = cur.execute(queries["clock_now"]).fetchone()[0]
+    rows, states, dues = [], [], []
+    for j in jobs:
+        due = j.run_at.timestamp() if j.run_at is not None else now + (j.delay or 0.0)
+        state = "scheduled" if due > now else "available"
+        states.append(state)
+        dues.append(due)
+        rows.append((j.task, j.queue, j.args_json, j.kwargs_json, j.priority, j.max_attempts,
+                     j.tags_json, j.meta_json, state, due, now, j.concurrency_key))
+    cur.executemany(queries["job_insert_plain"], rows)
+    last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
+    first = last - len(rows) + 1
+    return jobs_from_inserts(jobs, range(first, last + 1), states, dues, [now] * len(rows))
+
+
+def claim(conn: sqlite3.Connection, sql: str, values: Mapping[str, Any]) -> list[Job]:
+    """Run a ``... RETURNING *`` claim and decode its rows."""
+    cur = conn.cursor()
+    cur.row_factory = None
+    rows = cur.execute(sql, values).fetchall()
+    if not rows:
+        return []
+    return jobs_from_rows([d[0] for d in cur.description], rows, json_text=True)
+
+
+def ack_many(conn: sqlite3.Connection, sql_completed: str, acks: Sequence[JobAck],
+             exact: Callable[[Sequence[JobAck]], list[int]]) -> list[int]:
+    """Apply fenced acks; ``exact`` is the per-row path (one statement per ack)."""
+    fast = [a for a in acks if plain_completed(a)]
+    if len(fast) < 2 or len({a.id for a in acks}) != len(acks):
+        return exact(acks)  # tiny batch, or one job twice: keep the in-order semantics
+    rest = [a for a in acks if not plain_completed(a)]
+    conn.execute("SAVEPOINT conveyor_ack")  # an error rolls the whole transaction back
+    done = conn.executemany(
+        sql_completed, [(a.result_json, a.id, a.lease_token) for a in fast]).rowcount
+    if done != len(fast):  # some fence held: find out which, row by row
+        conn.execute("ROLLBACK TO conveyor_ack")
+        conn.execute("RELEASE conveyor_ack")
+        return exact(acks)
+    conn.execute("RELEASE conveyor_ack")
+    applied = set(exact(rest)) if rest else set()
+    applied.update(a.id for a in fast)
+    return [a.id for a in acks if a.id in applied]

@@ -1,0 +1,48 @@
+-- Hot-path variants of job_insert and job_ack (jobs.sql): narrower statements for the
+-- common case. Keep them in step with jobs.sql.
+
+-- name: job_insert_plain
+-- job_insert for a batch without unique keys: no ON CONFLICT, and only what the
+-- database decided comes back (the caller has the rest), in request order.
+WITH inserted AS (
+    INSERT INTO conveyor_jobs
+        (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
+         scheduled_at, created_at, concurrency_key)
+    SELECT b.task, b.queue, b.args::jsonb, b.kwargs::jsonb, b.priority, b.max_attempts,
+           b.tags::jsonb, b.meta::jsonb,
+           CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
+           b.concurrency_key
+    FROM unnest(%(task)s::text[], %(queue)s::text[], %(args)s::text[], %(kwargs)s::text[],
+                %(priority)s::smallint[], %(max_attempts)s::integer[], %(tags)s::text[],
+                %(meta)s::text[], %(delay)s::float8[], %(run_at)s::timestamptz[],
+                %(concurrency_key)s::text[])
+         WITH ORDINALITY
+         AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at,
+              concurrency_key, ord)
+    CROSS JOIN LATERAL (
+        SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
+    ) AS d
+    ORDER BY b.ord
+    RETURNING id, queue, state, scheduled_at, created_at
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT inserted.id, inserted.state, inserted.scheduled_at, inserted.created_at
+FROM inserted CROSS JOIN woken
+ORDER BY inserted.id;
+
+-- name: job_ack_completed
+-- job_ack for state 'completed' with no error, no delay and no attempt change: the same
+-- fence, nothing to wake, and only the ids that applied come back.
+UPDATE conveyor_jobs AS j
+SET state = 'completed',
+    finished_at = now(),
+    result = a.result::jsonb,
+    lease_owner = NULL,
+    lease_token = NULL,
+    lease_expires_at = NULL
+FROM unnest(%(id)s::bigint[], %(lease_token)s::bigint[], %(result)s::text[])
+     AS a(id, lease_token, result)
+WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.state = 'running'
+RETURNING j.id;

@@ -1,0 +1,24 @@
+-- Hot-path variants of job_insert and job_ack (jobs.sql), used by _sqlite_fast.py with
+-- executemany, so their parameters are positional (?). Keep them in step with jobs.sql.
+
+-- name: job_insert_plain
+-- job_insert for a batch without unique keys; state and due time are computed by the
+-- caller from clock_now (flow.sql), exactly as job_insert computes them.
+-- (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at,
+--  created_at, concurrency_key)
+INSERT INTO conveyor_jobs
+    (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at,
+     concurrency_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: job_ack_completed
+-- job_ack for state 'completed' with no error, no delay and no attempt change
+-- (result, id, lease_token). The same fence: only while this attempt holds the lease.
+UPDATE conveyor_jobs
+SET state = 'completed',
+    finished_at = (julianday('now') - 2440587.5) * 86400.0,
+    result = ?,
+    lease_owner = NULL,
+    lease_token = NULL,
+    lease_expires_at = NULL
+WHERE id = ? AND lease_token = ? AND state = 'running';

@@ -1,0 +1,92 @@
+"""Mission Control: Conveyor's web dashboard, ``/healthz`` and Prometheus ``/metrics``.
+
+Needs the ``web`` extra (``pip install 'conveyor[web]'``): Starlette, Jinja2, uvicorn.
+Run it with ``conveyor dashboard``, or mount it in your own ASGI app::
+
+    from conveyor.web import BasicAuth, create_app
+
+    dashboard = create_app(app, auth=BasicAuth("ops", os.environ["OPS_PASSWORD"]))
+    fastapi_app.mount("/jobs", dashboard)
+
+or let your own users decide, with an access hook::
+
+    def access(request) -> Role:      # "write", "read" or "deny"
+        user = request.scope.get("user")
+        return "write" if user and user.is_admin else "deny"
+
+    fastapi_app.mount("/jobs", create_app(app, access=access))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from ._redact import Redactor, redact_secrets, show_everything
+from ._settings import (
+    AccessHook,
+    Auth,
+    BasicAuth,
+    Role,
+    Settings,
+    TokenAuth,
+    auth_from_env,
+    is_loopback,
+    secret_from_env,
+)
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+    from .._app import Conveyor
+
+
+def create_app(
+    app: Conveyor,
+    *,
+    auth: Auth | None = None,
+    read_only: bool = False,
+    access: AccessHook | None = None,
+    redact: Redactor = redact_secrets,
+    poll_interval: float = 2.0,
+    bulk_cap: int = 10_000,
+    count_cap: int = 10_000,
+    secret: bytes | None = None,
+    title: str = "Conveyor",
+) -> Starlette:
+    """The dashboard of ``app`` as an ASGI app (Starlette).
+
+    ``auth``: ``BasicAuth`` or ``TokenAuth`` (``auth_from_env()`` reads them from the
+    environment); without it, protect the mount yourself or use ``access``.
+    ``read_only``: no actions at all. ``access(request)``: "write", "read" or "deny" per
+    request. ``redact(job)``: the job as it may be shown (secrets masked by default).
+    ``bulk_cap``: most jobs one bulk action changes; ``count_cap``: where counts of
+    matching jobs stop ("10,000+"), so a filter never counts a whole table. ``secret``: signs CSRF tokens
+    (give the same one to every replica behind a load balancer).
+
+    Example: ``uvicorn.run(create_app(app, read_only=True), host="127.0.0.1")``
+    """
+    from ._asgi import build
+
+    settings = Settings(auth=auth, read_only=read_only, access=access, redact=redact,
+                        poll_interval=poll_interval, bulk_cap=bulk_cap, count_cap=count_cap,
+                        title=title)
+    if secret:
+        settings = dataclasses.replace(settings, secret=secret)
+    return build(app, settings)
+
+
+__all__ = [
+    "AccessHook",
+    "Auth",
+    "BasicAuth",
+    "Redactor",
+    "Role",
+    "TokenAuth",
+    "auth_from_env",
+    "create_app",
+    "is_loopback",
+    "redact_secrets",
+    "secret_from_env",
+    "show_everything",
+]

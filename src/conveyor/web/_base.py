@@ -1,0 +1,125 @@
+"""Rendering shared by pages and actions: the template environment, the context every
+page gets, flash messages and safe redirects."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, unquote
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from ._format import FILTERS
+from ._security import csrf_token
+from ._settings import Settings
+
+if TYPE_CHECKING:
+    from .._app import Conveyor
+
+log = logging.getLogger("conveyor.web")
+
+FLASH_COOKIE = "conveyor_flash"
+#: Flash codes -> messages; only these are ever shown, with the argument escaped.
+FLASHES = {
+    "retried": "Job {} is back in its queue.",
+    "cancelled": "Cancel of job {} recorded.",
+    "discarded": "Job {} was discarded.",
+    "bulk-retry": "{} job(s) retried.",
+    "bulk-discard": "{} job(s) discarded.",
+    "paused": "Queue {} paused.",
+    "resumed": "Queue {} resumed.",
+    "concurrency": "Concurrency of queue {} changed.",
+    "schedule-paused": "Schedule {} paused.",
+    "schedule-resumed": "Schedule {} resumed.",
+    "triggered": "Schedule ran now as job {}.",
+    "error": "{}",
+}
+NAV = [("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/failures", "Failures"),
+       ("/schedules", "Schedules"), ("/workers", "Workers")]
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("conveyor.web", "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+    )
+    env.filters.update(FILTERS)
+    return env
+
+
+class DashboardBase:
+    """Holds the app and settings; pages and actions are mixins of ``Dashboard``."""
+
+    def __init__(self, app: Conveyor, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+        self.templates = Jinja2Templates(env=environment())
+
+    @staticmethod
+    def url(request: Request, path: str) -> str:
+        root: str = request.scope.get("root_path", "")
+        return root + path
+
+    def render(self, request: Request, template: str, nav: str, status: int = 200,
+               **context: Any) -> Response:
+        """A page, or with ``X-Conveyor-Live: 1`` only its live part (for refreshes)."""
+        fragment = request.headers.get("x-conveyor-live") == "1"
+        flash = None if fragment else self._flash(request)
+        role = request.state.role
+        ctx = {
+            "fragment": fragment, "flash": flash, "nav": NAV, "active": nav,
+            "url": lambda path: self.url(request, path),
+            "csrf": csrf_token(self.settings.secret, request.state.csrf_nonce),
+            "can_act": role == "write" and not self.settings.read_only,
+            "read_only": self.settings.read_only or role != "write",
+            "title": self.settings.title, "poll": self.settings.poll_interval,
+            "version": _version(), **context,
+        }
+        response = self.templates.TemplateResponse(request, template, ctx, status_code=status)
+        if flash is not None:
+            response.delete_cookie(FLASH_COOKIE, path=request.scope.get("root_path") or "/")
+        return response
+
+    @staticmethod
+    def _flash(request: Request) -> tuple[str, str] | None:
+        raw = unquote(request.cookies.get(FLASH_COOKIE, ""))
+        code, _, arg = raw.partition("|")
+        if code not in FLASHES:
+            return None
+        return ("error" if code == "error" else "ok", FLASHES[code].format(arg[:300]))
+
+    def redirect(self, request: Request, path: str, code: str, arg: object = "") -> Response:
+        """303 to a page of ours with a flash message."""
+        response = RedirectResponse(self.url(request, safe_path(path)), status_code=303)
+        response.set_cookie(FLASH_COOKIE, quote(f"{code}|{arg}"), max_age=60,
+                            path=request.scope.get("root_path") or "/", httponly=True,
+                            samesite="strict", secure=request.url.scheme == "https")
+        return response
+
+    def audit(self, request: Request, action: str, **fields: object) -> None:
+        """Every action is logged, with who did it when basic auth says so."""
+        user = _basic_user(request.headers.get("authorization"))
+        log.info("dashboard action %s %s", action, fields, extra={"user": user or "-"})
+
+
+def safe_path(path: str) -> str:
+    """Only paths inside the dashboard: never another site (``//evil``, ``https:``)."""
+    if not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/"
+    return path
+
+
+def _basic_user(header: str | None) -> str | None:
+    from ._settings import _basic
+
+    given = _basic(header)
+    return given[0] if given else None
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__

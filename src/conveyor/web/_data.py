@@ -1,0 +1,272 @@
+"""What each dashboard page (and ``conveyor status``) shows, read through the app's API
+and storage. No web framework here: plain dataclasses in, plain dataclasses out."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from .. import __version__
+from .._app_flow import ScheduleInfo
+from .._job import Job, JobState
+from .._storage._dashboard_types import (
+    ACTIVE_STATES,
+    DISCARDABLE_FROM,
+    RETRYABLE_FROM,
+    DbHealth,
+    DbHealthParams,
+    FailureGroup,
+    JobCountByQueueParams,
+    JobCountCappedParams,
+    JobFailureGroupsParams,
+    JobFilter,
+    JobSearchParams,
+    MetricsSeriesParams,
+    StateCount,
+)
+from ._redact import Redactor
+from ._series import Series, build_series, exposition, hour_window, per_queue
+
+if TYPE_CHECKING:
+    from .._app import Conveyor
+
+#: Characters of args shown in a list row; the detail page shows them all.
+PREVIEW_CHARS = 120
+FINAL_CAP = 100_000
+
+
+def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def first_line(text: str, limit: int = 160) -> str:
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def last_error(job: Job) -> str:
+    return first_line(str(job.errors[-1].get("error", ""))) if job.errors else ""
+
+
+# -- overview and queues -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueView:
+    name: str
+    paused: bool
+    concurrency: int | None
+    scope: str
+    rate_limit: str | None
+    nodes: list[str]
+    #: Sum of the -q/-c limits of the live nodes serving the queue.
+    worker_limit: int
+    counts: dict[str, int]
+    hour_completed: float
+    hour_failed: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Overview:
+    #: state -> (count, capped): waiting and running states exact, final ones capped.
+    states: dict[str, tuple[int, bool]]
+    series: Series
+    queues: list[QueueView]
+    workers_alive: int
+
+
+async def state_counts(app: Conveyor) -> list[StateCount]:
+    return await (await app.storage()).job_count_by_queue(JobCountByQueueParams(FINAL_CAP))
+
+
+def totals(counts: list[StateCount]) -> dict[str, tuple[int, bool]]:
+    out: dict[str, tuple[int, bool]] = {s.value: (0, False) for s in JobState}
+    for c in counts:
+        n, capped = out[c.state.value]
+        out[c.state.value] = (n + c.n, capped or c.capped)
+    return out
+
+
+async def queues(app: Conveyor, counts: list[StateCount] | None = None) -> list[QueueView]:
+    storage = await app.storage()
+    counts = counts if counts is not None else await state_counts(app)
+    rows = {q.name: q for q in await storage.queue_list()}
+    nodes = [n for n in await app.list_nodes_async() if n.alive]
+    hour = per_queue(await storage.metrics_series(MetricsSeriesParams(hour_window()[0])))
+    by_queue: dict[str, dict[str, int]] = {}
+    for c in counts:
+        if c.queue is not None:
+            by_queue.setdefault(c.queue, {})[c.state.value] = c.n
+    names = sorted(set(rows) | set(by_queue) | {q for n in nodes for q in n.queues} | set(hour))
+    out = []
+    for name in names:
+        row = rows.get(name)
+        serving = [n for n in nodes if name in n.queues]
+        metrics = hour.get(name, {})
+        out.append(QueueView(
+            name=name, paused=bool(row and row.paused), concurrency=row.concurrency if row else None,
+            scope=row.scope if row else "split", rate_limit=row.rate_limit if row else None,
+            nodes=[n.id for n in serving], worker_limit=sum(n.queues[name] for n in serving),
+            counts={s.value: by_queue.get(name, {}).get(s.value, 0) for s in ACTIVE_STATES},
+            hour_completed=metrics.get("completed", 0.0),
+            hour_failed=metrics.get("retried", 0.0) + metrics.get("discarded", 0.0),
+        ))
+    return out
+
+
+async def overview(app: Conveyor) -> Overview:
+    storage = await app.storage()
+    counts = await state_counts(app)
+    minutes = hour_window()
+    params = MetricsSeriesParams(minutes[0])
+    series = build_series(await storage.metrics_series(params),
+                          await storage.metrics_depth_series(params), minutes)
+    alive = sum(1 for n in await app.list_nodes_async() if n.alive)
+    return Overview(totals(counts), series, await queues(app, counts), alive)
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobRow:
+    job: Job
+    args: str
+    error: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobsPage:
+    rows: list[JobRow]
+    count: int
+    capped: bool
+    #: Keyset cursors: ``after`` for the newer page, ``before`` for the older one.
+    newer: int | None
+    older: int | None
+
+
+async def jobs_page(app: Conveyor, flt: JobFilter, redact: Redactor, *, limit: int,
+                    before: int | None, after: int | None, cap: int) -> JobsPage:
+    storage = await app.storage()
+    jobs = await storage.job_search(JobSearchParams(flt, limit + 1, before, after))
+    more = len(jobs) > limit
+    # A newer page was read upwards: its extra row is the newest one, at the front.
+    jobs = jobs[-limit:] if after is not None else jobs[:limit]
+    count = await storage.job_count_capped(JobCountCappedParams(flt, cap + 1))
+    rows = [JobRow(j, preview([j.args, j.kwargs]), last_error(j)) for j in map(redact, jobs)]
+    newer = jobs[0].id if jobs and (before is not None or (after is not None and more)) else None
+    older = jobs[-1].id if jobs and (more or after is not None) else None
+    return JobsPage(rows, min(count, cap), count > cap, newer, older)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TimelineEntry:
+    at: datetime
+    what: str
+    detail: str = ""
+    kind: str = "info"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobDetail:
+    job: Job
+    timeline: list[TimelineEntry]
+    can_retry: bool
+    can_cancel: bool
+    can_discard: bool
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def timeline(job: Job) -> list[TimelineEntry]:
+    """The job's history as its row tells it: enqueue, due time, each failed attempt,
+    the last start, the end (there is no separate event log)."""
+    entries = [TimelineEntry(job.created_at, "enqueued", f"queue {job.queue}")]
+    if (job.scheduled_at - job.created_at).total_seconds() > 1:
+        entries.append(TimelineEntry(job.scheduled_at, "due", "scheduled to run"))
+    for error in job.errors:
+        at = _parse_time(error.get("at"))
+        if at is not None:
+            entries.append(TimelineEntry(at, f"attempt {error.get('attempt', '?')} ended",
+                                         first_line(str(error.get("error", ""))), "error"))
+    if job.attempted_at is not None:
+        entries.append(TimelineEntry(job.attempted_at, f"attempt {job.attempt} started",
+                                     f"on {job.lease_owner}" if job.lease_owner else ""))
+    if job.finished_at is not None:
+        entries.append(TimelineEntry(job.finished_at, job.state.value, "", job.state.value))
+    entries.sort(key=lambda e: e.at)
+    return entries
+
+
+async def job_detail(app: Conveyor, job_id: int, redact: Redactor) -> JobDetail | None:
+    job = await app.get_job_async(job_id)
+    if job is None:
+        return None
+    return JobDetail(
+        redact(job), timeline(job), can_retry=job.state in RETRYABLE_FROM,
+        can_cancel=job.state in (*DISCARDABLE_FROM, JobState.RUNNING) and not job.cancel_requested,
+        can_discard=job.state in DISCARDABLE_FROM,
+    )
+
+
+async def failure_groups(app: Conveyor, queue: str | None, task: str | None) -> list[FailureGroup]:
+    storage = await app.storage()
+    return await storage.job_failure_groups(JobFailureGroupsParams(queue=queue, task=task))
+
+
+# -- schedules, workers, health, metrics --------------------------------------------------------
+
+
+async def schedules(app: Conveyor) -> list[ScheduleInfo]:
+    return await app.list_schedules_async()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeView:
+    id: str
+    hostname: str
+    pid: int
+    queues: dict[str, int]
+    started_at: datetime
+    heartbeat_age: float
+    alive: bool
+    running: int
+    leader: bool
+
+
+async def workers(app: Conveyor) -> list[NodeView]:
+    storage = await app.storage()
+    nodes = await app.list_nodes_async()
+    running = await storage.job_count_running_by_node()
+    leader = await app.get_leader_async()
+    now = await storage.clock_now()
+    return [NodeView(n.id, n.hostname, n.pid, n.queues, n.started_at,
+                     max((now - n.heartbeat_at).total_seconds(), 0.0), n.alive,
+                     running.get(n.id, 0), leader is not None and leader.node_id == n.id)
+            for n in nodes]
+
+
+async def health(app: Conveyor, timeout: float = 3.0) -> DbHealth:
+    """Asked of a storage that was never opened: opening SQLite would create a missing
+    database file, and a health check must not."""
+    return await app._offline.db_health(DbHealthParams(timeout))
+
+
+async def prometheus(app: Conveyor) -> str:
+    storage = await app.storage()
+    counts = await state_counts(app)
+    nodes = await app.list_nodes_async()
+    names = {c.queue for c in counts if c.queue is not None}
+    names |= {q.name for q in await storage.queue_list()}
+    names |= {q for n in nodes if n.alive for q in n.queues}
+    return exposition(await storage.metrics_totals(), counts, sorted(names),
+                      sum(1 for n in nodes if n.alive), __version__)

@@ -1,0 +1,81 @@
+"""Job filters as they travel in URLs and forms: parsed strictly, written back as
+query strings for links (pagination, "view jobs", bulk confirmation)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from urllib.parse import urlencode
+
+from .._job import JobState
+from .._storage._dashboard_types import JobFilter
+
+#: ``state=failed`` in a URL: retryable and discarded together.
+FAILED = (JobState.RETRYABLE, JobState.DISCARDED)
+STATE_CHOICES = [s.value for s in JobState] + ["failed"]
+PAGE_SIZES = (25, 50, 100, 200)
+MAX_TEXT = 200
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobQuery:
+    state: str = ""
+    queue: str = ""
+    task: str = ""
+    tag: str = ""
+    q: str = ""
+    error: str | None = None
+
+    @classmethod
+    def parse(cls, params: Mapping[str, str]) -> JobQuery:
+        def text(name: str) -> str:
+            value = params.get(name, "").strip()
+            return value if len(value) <= MAX_TEXT else ""
+
+        state = params.get("state", "")
+        # The error key may be empty (jobs that failed without a message): keep "".
+        error = params.get("error")
+        return cls(state=state if state in STATE_CHOICES else "", queue=text("queue"),
+                   task=text("task"), tag=text("tag"), q=text("q"),
+                   error=error if error is not None and len(error) <= MAX_TEXT else None)
+
+    def to_filter(self) -> JobFilter:
+        states: tuple[JobState, ...] = ()
+        if self.state == "failed":
+            states = FAILED
+        elif self.state:
+            states = (JobState(self.state),)
+        return JobFilter(states=states, queue=self.queue or None, task=self.task or None,
+                         tag=self.tag or None, text=self.q or None, error_key=self.error)
+
+    @property
+    def empty(self) -> bool:
+        return self == JobQuery()
+
+    def params(self, **extra: str | int | None) -> dict[str, str]:
+        out = {k: v for k, v in dataclasses.asdict(self).items() if v}
+        if self.error is not None:
+            out["error"] = self.error
+        out.update({k: str(v) for k, v in extra.items() if v is not None and v != ""})
+        return out
+
+    def qs(self, **extra: str | int | None) -> str:
+        """``?state=..&task=..`` (or empty), with extra parameters such as a cursor."""
+        params = self.params(**extra)
+        return "?" + urlencode(params) if params else ""
+
+    def describe(self) -> str:
+        parts = [f"{name} {value!r}" for name, value in (
+            ("state", self.state), ("queue", self.queue), ("task", self.task),
+            ("tag", self.tag), ("args containing", self.q)) if value]
+        if self.error is not None:
+            parts.append(f"error {self.error!r}")
+        return ", ".join(parts) or "all jobs"
+
+
+def positive_int(value: str | None, default: int | None = None) -> int | None:
+    try:
+        number = int(value or "")
+    except ValueError:
+        return default
+    return number if number > 0 else default

@@ -1,11 +1,14 @@
 # Conveyor developer tasks (GNU make).
 #
-#   make install   create .venv and install Conveyor with its dev tools (re-runs only when
-#                  pyproject.toml changes)
+#   make install   create .venv and install Conveyor with its dev tools and the web and otel
+#                  extras (re-runs only when pyproject.toml changes). The browser tests also
+#                  need Debian's chromium at /usr/bin/chromium (apt-get install chromium).
 #   make test      ruff + mypy --strict + pytest
 #   make lint      ruff + mypy --strict
 #   make demo      run `conveyor demo`
 #   make bench     the full benchmark suite (about an hour): bench/results/*.json and summary.md
+#   make chaos     the fault-injection suite in its long mode (about 15 min); regenerates
+#                  docs/reliability.md from tests/chaos/results/*.json
 #   make clean     delete .venv, caches and build output
 #
 # PYTHON picks the interpreter for the venv (>= 3.11), e.g. `make install PYTHON=python3.12`.
@@ -19,7 +22,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install .venv demo test lint bench clean
+.PHONY: install .venv demo test lint bench chaos clean
 
 install .venv: $(STAMP)
 
@@ -31,7 +34,7 @@ $(STAMP): pyproject.toml
 		exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -e '.[dev,web,otel]'
 	@touch $@
 
 demo: $(STAMP)
@@ -46,6 +49,12 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+chaos: $(STAMP)
+	rm -rf tests/chaos/results
+	status=0; CONVEYOR_CHAOS=long CONVEYOR_CHAOS_RESULTS=tests/chaos/results \
+		$(BIN)/pytest tests/chaos tests/test_storage_model.py || status=$$?; \
+	$(BIN)/python -m tests.chaos.report tests/chaos/results docs/reliability.md; exit $$status
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache

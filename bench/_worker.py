@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import json
 import os
@@ -16,6 +18,12 @@ from typing import Any
 from ._targets import Target
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGTERM if the suite dies first (no orphans)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @dataclasses.dataclass
@@ -43,7 +51,13 @@ class WorkerProcess:
                "CONVEYOR_BENCH_REPORT": self.report_path}
         env.pop("CONVEYOR_APP", None)
         self.launched = time.time()
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env)
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, preexec_fn=_die_with_parent)
+
+    def close(self) -> None:
+        """Kill the worker if it still runs (the suite failed or was interrupted)."""
+        if self.proc.returncode is None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self) -> None:
         if self.proc.returncode is None:

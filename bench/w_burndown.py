@@ -46,7 +46,11 @@ def burndown(target: Target, total: int, concurrency: int, kind: str = "async",
     if backlog:
         target.add_backlog(backlog)
     _insert(target, task_name, total)
-    run = WorkerProcess(target, queue, concurrency, burst=True).wait(timeout)
+    worker = WorkerProcess(target, queue, concurrency, burst=True)
+    try:
+        run = worker.wait(timeout)
+    finally:
+        worker.close()
     rep = run.report
     outcomes = target.outcomes(queue, task_name)
     want_outcomes, want_calls = _expected(kind, total)

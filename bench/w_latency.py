@@ -54,7 +54,10 @@ def cross_process(target: Target, count: int, spacing: float) -> dict[str, Any]:
         done = _wait_completed(target, count + 1, 60) - 1
     finally:
         worker.stop()
-        run = worker.wait(60)
+        try:
+            run = worker.wait(60)
+        finally:
+            worker.close()
         app.close()
     rows = target.query("SELECT args, result FROM conveyor_jobs WHERE queue = 'bench-latency'"
                         " AND state = 'completed'")

@@ -60,7 +60,10 @@ def steady(target: Target, seconds: float, concurrency: int, ready: int = 5000,
     finally:
         ended = time.time()
         worker.stop()
-        run = worker.wait(120)
+        try:
+            run = worker.wait(120)
+        finally:
+            worker.close()
         app.close()
     rep = run.report
     windows = _windows(rep.get("acked_per_second", []), began, ended, window)

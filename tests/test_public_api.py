@@ -36,6 +36,7 @@ EXPORTED = [
     "ScheduleNotFoundError",
     "SchemaError",
     "Snooze",
+    "StateChange",
     "Task",
     "TaskWithOptions",
     "Throttle",

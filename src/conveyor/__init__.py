@@ -33,6 +33,7 @@ from ._errors import (
     Throttle,
 )
 from ._explain import Explanation
+from ._hooks import StateChange
 from ._job import Job, JobState
 from ._limits import RateLimit, Unique
 from ._task import JobSpec, Task, TaskWithOptions
@@ -61,6 +62,7 @@ __all__ = [
     "ScheduleNotFoundError",
     "SchemaError",
     "Snooze",
+    "StateChange",
     "Task",
     "TaskWithOptions",
     "Throttle",

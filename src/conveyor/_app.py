@@ -206,7 +206,20 @@ class Conveyor(FlowControl, Observable):
         if connection is not None:
             params = self._inserts(specs)
             return self._offline.job_insert_many_sync(params, connection) if params.jobs else []
+        storage = self._blocking_storage()
+        if storage is not None:
+            params = self._inserts(specs)
+            return storage.job_insert_many_blocking(params) if params.jobs else []
         return self._portal.call(self.enqueue_many_async(specs))
+
+    def _blocking_storage(self) -> Storage | None:
+        """The storage the sync API opened, to insert from this thread without a hop
+        through the portal's loop; None until then, and while state-change listeners
+        want to be called on that loop."""
+        loop = self._portal.loop
+        if loop is None or self.hooks.listeners:
+            return None
+        return self._storages.get(loop)
 
     # -- inspection and control -----------------------------------------------------------
 

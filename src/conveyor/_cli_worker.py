@@ -27,6 +27,7 @@ import click
 from ._app import Conveyor
 from ._config import DEFAULT_URL, ConveyorConfig, WorkerConfig
 from ._errors import DatabaseUnavailableError, SchemaError
+from ._logfields import JobFields
 from ._task import Task
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -233,6 +234,7 @@ def configure_logging(level: str, fmt: str) -> None:
     """Send the ``conveyor`` loggers to stderr in the chosen format."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(JobFields())
     logger = logging.getLogger("conveyor")
     for old in list(logger.handlers):
         if getattr(old, "_conveyor_cli", False):

@@ -106,8 +106,9 @@ def encode_arguments(
     task: str, args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int
 ) -> tuple[str, str]:
     """Encode args and kwargs, naming the first argument that JSON cannot carry."""
-    try:
-        args_json, kwargs_json = dumps(list(args)), dumps(dict(kwargs))
+    try:  # no arguments is common enough to skip the encoder for
+        args_json = dumps(list(args)) if args else "[]"
+        kwargs_json = dumps(dict(kwargs)) if kwargs else "{}"
     except (TypeError, ValueError, RecursionError):
         for index, value in enumerate(args):
             _encode_one(task, f"#{index}", value)
@@ -115,7 +116,9 @@ def encode_arguments(
             _encode_one(task, repr(key), value)
         raise TypeError(f"the arguments of task {task!r} are not JSON-serialisable") from None
     _refuse_unstorable(task, "arguments", args_json + kwargs_json)
-    size = len(args_json.encode()) + len(kwargs_json.encode())
+    size = len(args_json) + len(kwargs_json)
+    if not (args_json.isascii() and kwargs_json.isascii()):  # bytes, not characters
+        size = len(args_json.encode()) + len(kwargs_json.encode())
     if size > max_bytes:
         raise PayloadTooLargeError(
             f"arguments of task {task!r} are {size} bytes of JSON, over the cap of "

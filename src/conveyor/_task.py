@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 from . import _payload
 from ._job import Job
 from ._limits import KeyFunc, RateLimit, Unique
+from ._storage._fast import make_insert
 from ._storage._protocol import JobInsert
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class JobSpec:
         ):
             raise ValueError("run_at must be a timezone-aware datetime")
         tags = list(defaults.tags) + _payload.check_tags(opts.tags or [])
+        meta = opts.meta or {}
         unique_key = unique_states = None
         if defaults.unique is not None or opts.unique_key is not None:
             unique = defaults.unique or Unique()
@@ -89,19 +91,19 @@ class JobSpec:
                 name, opts.unique_key, self.args, self.kwargs, args_json, kwargs_json
             )
             unique_states = unique.states_text
-        return JobInsert(
+        # The task's own defaults were checked when it was registered (this runs per job).
+        return make_insert(
             task=name,
-            queue=_payload.check_queue_name(opts.queue or defaults.queue),
+            queue=_payload.check_queue_name(opts.queue) if opts.queue else defaults.queue,
             args_json=args_json,
             kwargs_json=kwargs_json,
-            priority=_payload.check_priority(
-                defaults.priority if opts.priority is None else opts.priority
-            ),
-            max_attempts=_payload.check_max_attempts(
-                defaults.max_attempts if opts.max_attempts is None else opts.max_attempts
-            ),
-            tags_json=_payload.dumps(tags),
-            meta_json=_payload.encode_meta(name, opts.meta or {}, max_payload_bytes),
+            priority=defaults.priority if opts.priority is None
+            else _payload.check_priority(opts.priority),
+            max_attempts=defaults.max_attempts if opts.max_attempts is None
+            else _payload.check_max_attempts(opts.max_attempts),
+            tags_json=_payload.dumps(tags) if tags else "[]",
+            meta_json=_payload.encode_meta(name, meta, max_payload_bytes)
+            if meta or not isinstance(meta, dict) else "{}",
             delay=_payload.check_delay(opts.delay),
             run_at=opts.run_at,
             unique_key=unique_key,
@@ -170,6 +172,8 @@ class Task(_Enqueuer[P], Generic[P, R]):
         self.defaults = defaults
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
+        #: Argument shapes (positional count, keyword names) known to fit the signature.
+        self._fits: set[tuple[int, tuple[str, ...]]] = set()
         self._task, self._opts = self, EnqueueOptions()
 
     @property
@@ -186,11 +190,18 @@ class Task(_Enqueuer[P], Generic[P, R]):
         return parameter in self.signature.parameters
 
     def check_arguments(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
-        """Refuse at enqueue what the function could never be called with."""
+        """Refuse at enqueue what the function could never be called with. Binding
+        only depends on the number of positional arguments and the keywords' names,
+        so a shape that fits is remembered (this runs for every job)."""
+        shape = (len(args), tuple(kwargs))
+        if shape in self._fits:
+            return
         try:
             self.signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise TypeError(f"arguments do not fit task {self.name!r}{self.signature}: {exc}") from None
+        if len(self._fits) < 256:
+            self._fits.add(shape)
 
     def options(
         self,

@@ -273,7 +273,7 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
     """Run a worker for the app at APP_PATH (module:attribute, or $CONVEYOR_APP).
 
     SIGTERM or Ctrl-C stops fetching and lets running jobs finish (up to
-    --shutdown-timeout); a second Ctrl-C exits at once.
+    --shutdown-timeout); a second Ctrl-C or SIGTERM exits at once.
     """
     app_path = app_arg or app_path
     if not app_path:

@@ -19,6 +19,7 @@ has a deadline.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -159,6 +160,13 @@ class Cluster:
                      for i, p in enumerate(self.procs)]
             raise AssertionError(f"{exc}\n" + "\n".join(tails)) from None
 
+    def ran_any(self, pid: int, job: int | None = None, kind: str = "start") -> bool:
+        """Whether process ``pid`` logged ``kind`` (for ``job``, if given)."""
+        return any(e.pid == pid and e.kind == kind and job in (None, e.job) for e in self.events())
+
+    def logged(self, proc: subprocess.Popen[bytes], text: str) -> bool:
+        return text in self.output(proc)
+
     def kill(self, proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
         if proc.poll() is None:
             os.kill(proc.pid, sig)
@@ -175,10 +183,8 @@ class Cluster:
                 except ProcessLookupError:
                     pass
         for proc in self.procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a zombie we cannot reap
                 proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # pragma: no cover - a zombie we cannot reap
-                pass
 
 
 # -- the database, read directly -------------------------------------------------------------
@@ -193,7 +199,7 @@ def query(url: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...
         finally:
             conn.close()
     with psycopg.connect(url, autocommit=True, connect_timeout=5) as pg:
-        return pg.execute(sql, params).fetchall()  # type: ignore[arg-type]
+        return pg.execute(sql, params).fetchall()
 
 
 def execute(url: str, sql: str, params: Sequence[Any] = ()) -> None:
@@ -205,7 +211,7 @@ def execute(url: str, sql: str, params: Sequence[Any] = ()) -> None:
             conn.close()
         return
     with psycopg.connect(url, autocommit=True, connect_timeout=5) as pg:
-        pg.execute(sql, params)  # type: ignore[arg-type]
+        pg.execute(sql, params)
 
 
 def state_counts(url: str) -> dict[str, int]:
@@ -298,7 +304,7 @@ class Observer:
             for r in query(self.url, "SELECT id, state, attempt, result FROM conveyor_jobs"
                                      " WHERE id = %s", [job_id]):
                 current[job_id] = (str(r[1]), int(r[2]), _text(r[3]))
-        for job_id, (first_t, attempt, result) in list(self.completed.items()):
+        for job_id, (_, attempt, result) in list(self.completed.items()):
             state, att, res = current.get(job_id, ("(not final)", -1, ""))
             if state != "completed" or att != attempt or res != result:
                 self.violations.append(

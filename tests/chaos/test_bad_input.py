@@ -34,10 +34,10 @@ def insert_row(url: str, task: str, args: Any, kwargs: Any = "{}") -> int | str:
     if url.startswith("sqlite:///"):
         conn = sqlite3.connect(url[len("sqlite:///"):], isolation_level=None)
         try:
-            now = "(julianday('now') - 2440587.5) * 86400.0"
             row = conn.execute(  # bytes are stored as TEXT that is not UTF-8
                 "INSERT INTO conveyor_jobs (task, queue, args, kwargs, max_attempts, scheduled_at,"
-                f" created_at) VALUES (?, 'default', CAST(? AS TEXT), ?, 2, {now}, {now})"
+                " created_at) VALUES (?, 'default', CAST(? AS TEXT), ?, 2,"
+                " (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)"
                 " RETURNING id", (task, args, kwargs)).fetchone()
             return int(row[0])
         finally:

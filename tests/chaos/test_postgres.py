@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import psycopg
@@ -41,6 +42,11 @@ LISTENERS = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database(
 
 def listeners(url: str) -> set[int]:
     return {int(r[0]) for r in query(url, LISTENERS)}
+
+
+def relistened(url: str, before: set[int], workers: int) -> bool:
+    """Whether ``workers`` new backends (none of ``before``) are LISTENing."""
+    return len(listeners(url) - before) == workers
 
 
 def insert_silently(url: str, n: int) -> list[int]:
@@ -100,11 +106,14 @@ def test_postgres_restart_under_load(chaos_dir: Path, started: float,
             cluster.wait(lambda: len(listeners(url)) == workers, 30, "both workers to LISTEN")
             for _ in range(restarts):
                 done = state_counts(url).get("completed", 0)
-                cluster.wait(lambda d=done: state_counts(url).get("completed", 0) > d + 20, 60,
-                             "the workers to make progress")
+
+                def progress(d: int = done) -> bool:
+                    return state_counts(url).get("completed", 0) > d + 20
+
+                cluster.wait(progress, 60, "the workers to make progress")
                 before = listeners(url)
                 server.restart()
-                cluster.wait(lambda b=before: len(listeners(url) - b) == workers, 60,
+                cluster.wait(partial(relistened, url, before, workers), 60,
                              "both workers to LISTEN again after the restart")
             # Wake-ups work again: new jobs are picked up at once.
             late = enqueue(url, [chaos.work.job(0.01) for _ in range(20)])
@@ -144,7 +153,7 @@ def test_listen_connection_terminated(pg_url: str, chaos_dir: Path, started: flo
             terminated += len(before)
             batch = insert_silently(pg_url, per_round)
             ids += batch
-            cluster.wait(lambda b=before: len(listeners(pg_url) - b) == workers, 30,
+            cluster.wait(partial(relistened, pg_url, before, workers), 30,
                          "the listeners to come back")
             cluster.wait(lambda: all_final(pg_url), 30, "the silent jobs to be polled")
         logs = cluster.all_output()

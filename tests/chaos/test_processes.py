@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,7 @@ def test_kill_9_under_load(db_url: str, chaos_dir: Path, started: float,
     n, kills, workers, slots = pick(600, 10_000), pick(5, 30), 3, pick(10, 20)
     r = rng(request.node.nodeid)
     specs = []
-    for i in range(n):
+    for _ in range(n):
         roll = r.random()
         if roll < 0.1:
             specs.append(chaos.flaky.job(1))
@@ -101,8 +102,10 @@ def test_sigterm_past_shutdown_timeout_gives_jobs_back(
             base = len([e for e in cluster.events() if e.kind == "start"])
             proc = cluster.start("-c", "10", "--shutdown-timeout", "0.5",
                                  env={"CONVEYOR_CHAOS_HOLD": "60"})
-            cluster.wait(lambda b=base: len([e for e in cluster.events() if e.kind == "start"])
-                       >= b + len(batch), 30, "every held job to start")
+            def all_held(b: int = base + len(batch)) -> bool:
+                return len([e for e in cluster.events() if e.kind == "start"]) >= b
+
+            cluster.wait(all_held, 30, "every held job to start")
             signalled = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=15) == 0, cluster.output(proc)
@@ -119,11 +122,10 @@ def test_sigterm_past_shutdown_timeout_gives_jobs_back(
                                     (signal.SIGTERM, signal.SIGINT, 130)):
             proc = cluster.start("-c", "10", "--shutdown-timeout", "60",
                                  env={"CONVEYOR_CHAOS_HOLD": "60"})
-            cluster.wait(lambda p=proc: any(e.pid == p.pid for e in cluster.events()), 30,
-                       "the worker to start jobs")
+            cluster.wait(partial(cluster.ran_any, proc.pid), 30, "the worker to start jobs")
             proc.send_signal(first)
-            cluster.wait(lambda p=proc: "stopping: no new jobs" in cluster.output(p), 10,
-                       "the first signal to start the drain")
+            cluster.wait(partial(cluster.logged, proc, "stopping: no new jobs"), 10,
+                         "the first signal to start the drain")
             t0 = time.monotonic()
             proc.send_signal(second)
             assert proc.wait(timeout=10) == code
@@ -198,9 +200,10 @@ def test_sigstop_past_the_lease_then_sigcont(
             (long_job,) = enqueue(db_url, [chaos.work.job(30)])
             ids += [*batch, long_job]
             frozen = cluster.start("-c", "5", lease_ttl=1.0, heartbeat=0.2)
-            cluster.wait(lambda p=frozen: len({e.job for e in cluster.events()
-                                             if e.pid == p.pid and e.kind == "start"}) == 5,
-                       30, "the first worker to start all five jobs")
+            def all_five(p: int = frozen.pid) -> bool:
+                return len({e.job for e in cluster.events() if e.pid == p and e.kind == "start"}) == 5
+
+            cluster.wait(all_five, 30, "the first worker to start all five jobs")
             frozen.send_signal(signal.SIGSTOP)
             rescuer = cluster.start("-c", "5", "--shutdown-timeout", "0.5", lease_ttl=1.0,
                                     heartbeat=0.2)
@@ -210,14 +213,12 @@ def test_sigstop_past_the_lease_then_sigcont(
                 return all(rows[i].state == JobState.COMPLETED and rows[i].result == p for i in b)
 
             cluster.wait(rescued, 30, "the second worker to complete the frozen worker's jobs")
-            cluster.wait(lambda j=long_job, p=rescuer.pid: any(
-                e.job == j and e.pid == p for e in cluster.events()), 10, "the long job to move")
+            cluster.wait(partial(cluster.ran_any, rescuer.pid, long_job), 10, "the long job to move")
             frozen.send_signal(signal.SIGCONT)
             # Woken, the worker learns from a heartbeat that its leases are gone and stops
             # the long job; its finished attempts are refused by the fence.
-            cluster.wait(lambda j=long_job, p=frozen.pid: any(
-                e.job == j and e.pid == p and e.kind == "abort" for e in cluster.events()),
-                10, "the woken worker to stop the job it lost")
+            cluster.wait(partial(cluster.ran_any, frozen.pid, long_job, "abort"), 10,
+                         "the woken worker to stop the job it lost")
             text = cluster.output(frozen)
             assert "lease lost" in text or "rejected by the fence" in text
             rows = jobs(db_url)

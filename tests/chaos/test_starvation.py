@@ -4,7 +4,6 @@ hogs the CPU past its lease (both backends)."""
 from __future__ import annotations
 
 import signal
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -45,8 +44,11 @@ def test_starved_pool_still_heartbeats(db_url: str, chaos_dir: Path, started: fl
             batch = enqueue(db_url, [chaos.hog.job(3 * lease) for _ in range(hogs)]
                             + [chaos.work.job(0.05) for _ in range(20)])
             ids += batch
-            cluster.wait(lambda b=batch: all(jobs(db_url)[i].state.is_final for i in b),
-                         60, "the hogs and the other jobs to finish")
+            def finished(b: list[int] = batch) -> bool:
+                rows = jobs(db_url)
+                return all(rows[i].state.is_final for i in b)
+
+            cluster.wait(finished, 60, "the hogs and the other jobs to finish")
         starved.send_signal(signal.SIGTERM)
         assert starved.wait(timeout=15) == 0
     outcome = check(db_url, cluster.events(), ids, observer, completed)

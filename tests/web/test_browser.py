@@ -49,7 +49,8 @@ def chromium() -> Iterator[Any]:
 
 class Shots:
     def __init__(self, page: Any, folder: Path) -> None:
-        self.page, self.folder, self.taken = page, folder, []
+        self.page, self.folder = page, folder
+        self.taken: list[Path] = []
 
     def __call__(self, name: str, full_page: bool = False) -> None:
         path = self.folder / f"{name}.png"

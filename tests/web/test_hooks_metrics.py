@@ -10,8 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from conveyor import Conveyor, JobContext, JobState, current_job
-from conveyor._hooks import StateChange
+from conveyor import Conveyor, JobContext, JobState, StateChange, WorkerConfig, current_job
 from conveyor._runtime._metrics import BOUNDS, bucket_index, minute_of, outcome_of
 from conveyor._storage._dashboard_types import MetricsSeriesParams
 from conveyor._storage._protocol import JobAck
@@ -19,6 +18,17 @@ from conveyor._storage._protocol import JobAck
 from .._runtime_util import FAST, all_final, run_worker_until
 
 TRACE: contextvars.ContextVar[str] = contextvars.ContextVar("trace", default="")
+
+
+def drain(app: Conveyor, config: WorkerConfig = FAST) -> None:
+    """Run a worker until every job is final, then close that loop's connections."""
+    async def main() -> None:
+        try:
+            await run_worker_until(app, all_final(app), config=config)
+        finally:
+            await app.close_async()
+
+    asyncio.run(main())
 
 
 def test_middleware_wraps_every_execution_outermost_first(app: Conveyor) -> None:
@@ -55,7 +65,7 @@ def test_middleware_wraps_every_execution_outermost_first(app: Conveyor) -> None
         raise ValueError("no")
 
     ok, bad = sync_add.enqueue(1, 2), broken.enqueue()
-    asyncio.run(run_worker_until(app, all_final(app)))
+    drain(app)
     assert app.get_job(ok.id).result == {"wrapped": 3}  # type: ignore[union-attr]
     assert app.get_job(bad.id).state == JobState.DISCARDED  # type: ignore[union-attr]
     assert seen == {"sync": f"trace-{ok.id}", "async": f"trace-{bad.id}/1"}
@@ -78,7 +88,7 @@ def test_state_changes_follow_every_persisted_transition(app: Conveyor) -> None:
         return "ok"
 
     good, bad = flaky.enqueue(False), flaky.enqueue(True)
-    asyncio.run(run_worker_until(app, all_final(app)))
+    drain(app)
     app.retry_job(bad.id)
     waiting = flaky.options(delay=3600).enqueue(False)
     app.cancel_job(waiting.id)
@@ -156,3 +166,42 @@ def test_metrics_off_writes_nothing(app: Conveyor) -> None:
         await app.close_async()
 
     asyncio.run(body())
+
+
+def test_handler_log_lines_carry_job_fields_in_json(app: Conveyor) -> None:
+    import io
+    import json
+    import logging
+
+    from conveyor._cli_worker import JsonFormatter
+    from conveyor._logfields import JobFields
+
+    buffer = io.StringIO()
+    handler = logging.StreamHandler(buffer)
+    handler.setFormatter(JsonFormatter())
+    handler.addFilter(JobFields())
+    logger = logging.getLogger("tests.handler_logs")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+    @app.task(queue="default")
+    def sync_logs() -> None:
+        logger.info("from a sync handler")
+
+    @app.task(queue="default")
+    async def async_logs() -> None:
+        logger.info("from an async handler")
+
+    try:
+        jobs = [sync_logs.enqueue(), async_logs.enqueue()]
+        drain(app)
+        logger.info("outside any job")
+    finally:
+        logger.removeHandler(handler)
+    lines = [json.loads(line) for line in buffer.getvalue().splitlines()]
+    by_message = {line["message"]: line for line in lines}
+    for job, message in zip(jobs, ("from a sync handler", "from an async handler"), strict=True):
+        line = by_message[message]
+        assert (line["job_id"], line["task"], line["queue"], line["attempt"]) == (
+            job.id, job.task, "default", 1)
+    assert "job_id" not in by_message["outside any job"]

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from conveyor import Conveyor, JobState
-from conveyor._hooks import StateChange
+import pytest
+
+from conveyor import Conveyor, JobState, StateChange
 
 from .conftest import Browser, browser_for
 
@@ -126,3 +127,42 @@ def test_queue_and_schedule_controls(browser: Browser, world: Conveyor) -> None:
     assert len(world.list_jobs(task="nightly_report")) == before + 1
     assert browser.post("/schedules/nope/pause").status_code == 303
     assert "no schedule named" in browser.get("/schedules").text
+
+
+def test_mounted_under_a_prefix(world: Conveyor) -> None:
+    import warnings
+
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from conveyor.web import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    outer = Starlette(routes=[Mount("/ops/jobs", create_app(world))])
+    with TestClient(outer, base_url="http://testserver") as client:
+        b = Browser(client)
+        first = b.get("/ops/jobs/queues")
+        assert "Path=/ops/jobs;" in first.headers["set-cookie"]
+        html = first.text
+        assert 'href="/ops/jobs/static/app.css"' in html
+        assert 'action="/ops/jobs/queues/mail/pause"' in html
+        assert b.get("/ops/jobs/static/app.js").status_code == 200
+        response = b.post("/ops/jobs/queues/mail/pause", token=b.token("/ops/jobs/queues"))
+        assert response.status_code == 303 and response.headers["location"] == "/ops/jobs/queues"
+        assert [q.paused for q in world.list_queues() if q.name == "mail"] == [True]
+
+
+def test_args_search_reads_only_the_newest_jobs(browser: Browser, world: Conveyor,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from conveyor.web import _data
+
+    everything = ids_on(browser.get("/jobs?q=png").text)
+    assert len(everything) == 30
+    monkeypatch.setattr(_data, "TEXT_SCAN", 20)
+    page = browser.get("/jobs?q=png").text
+    newest = max(j.id for j in world.list_jobs(limit=1))
+    assert ids_on(page) == [i for i in everything if i > newest - 20]
+    assert "args search covers the newest 20 jobs" in page

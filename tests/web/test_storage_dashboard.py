@@ -85,6 +85,8 @@ def test_search_filters_and_pages_both_ways(app: Conveyor) -> None:
         none = await s.job_search(JobSearchParams(JobFilter(states=(JobState.RUNNING,))))
         assert none == []
         assert [j.id for j in await s.job_search(JobSearchParams(JobFilter(ids=(3, 5))))] == [5, 3]
+        newest = await s.job_search(JobSearchParams(JobFilter(task="a", min_id=8)))
+        assert [j.id for j in newest] == [10, 9, 8]
         assert await s.job_count_capped(JobCountCappedParams(JobFilter(task="a"), cap=4)) == 4
         assert await s.job_count_capped(JobCountCappedParams(JobFilter(task="a"), cap=99)) == 10
 

@@ -17,13 +17,21 @@ class Service:
 
     name = "service"
     interval = 1.0
+    _kicked: asyncio.Event | None = None
 
     async def run_once(self) -> Any:
         raise NotImplementedError
 
+    def kick(self) -> None:
+        """Run the next pass now instead of at the end of the interval."""
+        if self._kicked is not None:
+            self._kicked.set()
+
     async def run(self, stopping: asyncio.Event) -> None:
         failures = 0
+        self._kicked = kicked = asyncio.Event()
         while not stopping.is_set():
+            kicked.clear()
             try:
                 await self.run_once()
                 failures = 0
@@ -31,5 +39,8 @@ class Service:
                 failures += 1
                 log.warning("%s pass failed (%s): %s", self.name, type(exc).__name__, exc)
             delay = self.interval * random.uniform(0.9, 1.1) * min(2**failures, 8)
+            waits = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(kicked.wait())]
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), timeout=delay)
+                await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+            for waiter in waits:
+                waiter.cancel()

@@ -46,7 +46,7 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.executor = Executor(app, config.sync_threads or min(sum(config.queues.values()), 256))
         self.acker = Acker(storage, self._on_flushed)
-        self.gates = Gates(app, storage, self.acker.push)
+        self.gates = Gates(app, storage, self._defer)
         self.producers = {
             queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,
                             config.fetch_limit, self._start, self.gates.admit)
@@ -90,6 +90,12 @@ class Worker:
             self._executions.pop(ex.job.id, None)
         else:
             self.acker.push(ack)
+
+    def _defer(self, ack: JobAck) -> None:
+        """A claimed job waits for a limit: give it back, and stage it when due."""
+        self.acker.push(ack)
+        if ack.delay is not None:
+            self.stager.stage_in(ack.delay)
 
     def _on_flushed(self, acks: list[JobAck], applied: set[int]) -> None:
         for ack in acks:

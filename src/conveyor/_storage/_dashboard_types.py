@@ -33,6 +33,8 @@ class JobFilter:
     #: A failure group's key: the first line of the job's last error (200 chars at most).
     error_key: str | None = None
     ids: tuple[int, ...] = ()
+    #: Only jobs with at least this id: bounds a scan to the newest jobs.
+    min_id: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import re
 import threading
@@ -31,6 +30,7 @@ from .._errors import ConveyorError, DatabaseUnavailableError, SchemaError
 from .._job import Job
 from . import _postgres_fast
 from . import _protocol as p
+from ._fast import loads as fast_loads
 from ._postgres_dashboard import PostgresDashboardMixin
 from ._postgres_flow import PostgresFlowMixin
 from ._queries import load_migrations, load_queries
@@ -71,14 +71,11 @@ def _lenient_loads(data: str | bytes) -> Any:
     """jsonb to Python; a value Python cannot read back (nested past the recursion
     limit, written around the API) becomes None instead of failing every read of its
     row, claims included. The worker discards a job whose args are unreadable."""
-    if data == b"[]":  # most JSON columns hold one of these: skip the parser
-        return []
-    if data == b"{}":
-        return {}
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
+    try:  # jsonb is one of the costliest columns to read: use the fast decoder
+        text = data.decode() if isinstance(data, bytes) else data
+    except ValueError:
         return None
+    return fast_loads(text)
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -133,6 +130,9 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         self._q = load_queries("postgres")
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
         self._reserved: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
+        self._blocking = _postgres_fast.BlockingPool(
+            config.url, {**self._connect_kwargs(), "prepare_threshold": _PREPARE_THRESHOLD},
+            config.max_size)
         self._lock = threading.Lock()
         self._listeners = 0
         self._listener: asyncio.Task[None] | None = None
@@ -245,6 +245,7 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         for each in (pool, reserved):
             if each is not None:
                 await each.close()
+        await asyncio.to_thread(self._blocking.close)
 
     # -- schema ---------------------------------------------------------------------------
 
@@ -336,6 +337,18 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
                 fill_duplicates(got, jobs, await run("job_get_unique", {"unique_keys": missing}))
             jobs = self._merge(out, got, jobs)
         return self._complete(out)
+
+    def job_insert_many_blocking(self, params: p.JobInsertManyParams) -> list[Job]:
+        if self._pool is None:
+            raise DatabaseUnavailableError("storage is not open")
+        jobs = list(params.jobs)
+        with self._translate():
+            pool = self._blocking.get(self._config.connect_timeout)
+            with pool.connection() as conn:
+                if jobs and all(j.unique_key is None for j in jobs):
+                    return _postgres_fast.insert_plain_sync(
+                        conn, self._q["job_insert_plain"], self._insert_values(jobs), jobs)
+                return self.job_insert_many_sync(params, conn)
 
     def job_insert_many_sync(self, params: p.JobInsertManyParams, connection: Any) -> list[Job]:
         if not isinstance(connection, psycopg.Connection):

@@ -58,6 +58,7 @@ def filter_values(f: JobFilter) -> dict[str, Any]:
         "text": f.text or None,
         "error_key": f.error_key,
         "ids": list(f.ids) or None,
+        "min_id": f.min_id,
     }
 
 

@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg.rows import tuple_row
+from psycopg_pool import ConnectionPool
 
 from .._job import Job
 from ._fast import jobs_from_inserts, jobs_from_rows, plain_completed
@@ -53,3 +55,37 @@ async def ack_many(fetch: Fetch, batch: Sequence[JobAck],
     if rest:
         applied |= await general(rest)
     return applied
+
+
+def insert_plain_sync(conn: psycopg.Connection[Any], sql: str, values: Mapping[str, Any],
+                      jobs: Sequence[JobInsert]) -> list[Job]:
+    rows = conn.execute(sql, values).fetchall()
+    return jobs_from_inserts(jobs, [r[0] for r in rows], [r[1] for r in rows],
+                             [r[2] for r in rows], [r[3] for r in rows])
+
+
+class BlockingPool:
+    """Synchronous connections for the sync API's enqueue, opened on first use: a sync
+    caller then talks to PostgreSQL from its own thread, not through the portal's loop
+    (two thread hops fewer per call, and callers on many threads run in parallel)."""
+
+    def __init__(self, url: str, kwargs: Mapping[str, Any], max_size: int) -> None:
+        self._url, self._kwargs, self._max_size = url, dict(kwargs), max_size
+        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
+        self._lock = threading.Lock()
+
+    def get(self, timeout: float) -> ConnectionPool[psycopg.Connection[Any]]:
+        with self._lock:
+            if self._pool is None:
+                pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+                    self._url, kwargs=self._kwargs, min_size=1, max_size=self._max_size,
+                    open=False, name="conveyor-sync")
+                pool.open(wait=True, timeout=timeout)
+                self._pool = pool
+            return self._pool
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()

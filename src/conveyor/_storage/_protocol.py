@@ -235,6 +235,10 @@ class Storage(Protocol):
     def job_insert_many_sync(self, params: JobInsertManyParams, connection: Any) -> list[Job]:
         """Insert inside the caller's own synchronous connection and transaction."""
 
+    def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
+        """``job_insert_many`` for a synchronous caller on any thread, without an event
+        loop in between (the sync API's path once the storage is open)."""
+
     async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]: ...
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from .._errors import DatabaseUnavailableError, SchemaError
 from .._job import Job
 from . import _sqlite_fast
+from ._fast import jobs_from_rows
 from ._protocol import (
     Capabilities,
     JobAck,
@@ -303,6 +304,15 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
             self._hub.notify(queue_name)
         return jobs
 
+    def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
+        if self._thread is None or threading.current_thread() is self._thread:
+            raise DatabaseUnavailableError("storage is not open")
+        jobs = _sqlite_fast.call_blocking(
+            self._inbox, lambda c: self._write(c, lambda c2: self._insert_rows(c2, params)))
+        for queue_name in {j.queue for j in jobs}:
+            self._hub.notify(queue_name)
+        return jobs
+
     def job_insert_many_sync(self, params: JobInsertManyParams, connection: Any) -> list[Job]:
         if not isinstance(connection, sqlite3.Connection):
             raise TypeError(
@@ -323,10 +333,12 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
             "lease_ttl": params.lease_ttl,
         }
 
-        def run(conn: sqlite3.Connection) -> list[Job]:
+        def run(conn: sqlite3.Connection) -> _sqlite_fast.Rows:
             return _sqlite_fast.claim(conn, self._q["job_fetch_available"], values)
 
-        return sort_for_claim(await self._call(lambda c: self._write(c, run)))
+        # decoded here, not on the storage thread: it can start the next statement
+        columns, rows = await self._call(lambda c: self._write(c, run))
+        return sort_for_claim(jobs_from_rows(columns, rows, json_text=True))
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         sql = self._q["job_ack"]

@@ -59,6 +59,7 @@ def filter_values(f: JobFilter) -> dict[str, Any]:
         "text": f.text or None,
         "error_key": f.error_key,
         "ids": json.dumps(list(f.ids)) if f.ids else None,
+        "min_id": f.min_id,
     }
 
 

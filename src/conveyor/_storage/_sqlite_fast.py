@@ -6,7 +6,7 @@ All of them run on the storage thread inside the caller's write transaction.
   RETURNING. Their ids are contiguous: the table is ``AUTOINCREMENT``, so each new
   rowid is one more than the largest ever used, and no other writer can interleave
   while this transaction holds the write lock. The Jobs are built from what was sent.
-* Claims read tuple rows, not ``sqlite3.Row``, and decode them with ``_fast``.
+* Claims read tuple rows, not ``sqlite3.Row``, decoded by the caller with ``_fast``.
 * Completed acks without an error (nearly all of them) are one ``executemany``; when
   its row count shows a fence rejected some of them, the savepoint is rolled back and
   the batch takes the exact per-row path, which reports each rejection.
@@ -14,13 +14,19 @@ All of them run on the storage thread inside the caller's write transaction.
 
 from __future__ import annotations
 
+import queue
 import sqlite3
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .._job import Job
-from ._fast import jobs_from_inserts, jobs_from_rows, plain_completed
+from ._fast import jobs_from_inserts, plain_completed
 from ._protocol import JobAck, JobInsert
+
+#: Column names and tuple rows of a statement.
+Rows = tuple[list[str], list[Any]]
+T = TypeVar("T")
 
 
 def insert_plain(conn: sqlite3.Connection, queries: Mapping[str, str],
@@ -42,14 +48,13 @@ def insert_plain(conn: sqlite3.Connection, queries: Mapping[str, str],
     return jobs_from_inserts(jobs, range(first, last + 1), states, dues, [now] * len(rows))
 
 
-def claim(conn: sqlite3.Connection, sql: str, values: Mapping[str, Any]) -> list[Job]:
-    """Run a ``... RETURNING *`` claim and decode its rows."""
+def claim(conn: sqlite3.Connection, sql: str, values: Mapping[str, Any]) -> Rows:
+    """Run a ``... RETURNING *`` claim; the column names and the tuple rows, to be
+    decoded with ``_fast.jobs_from_rows`` off the storage thread."""
     cur = conn.cursor()
     cur.row_factory = None
     rows = cur.execute(sql, values).fetchall()
-    if not rows:
-        return []
-    return jobs_from_rows([d[0] for d in cur.description], rows, json_text=True)
+    return [d[0] for d in cur.description or ()], rows
 
 
 def ack_many(conn: sqlite3.Connection, sql_completed: str, acks: Sequence[JobAck],
@@ -70,3 +75,22 @@ def ack_many(conn: sqlite3.Connection, sql_completed: str, acks: Sequence[JobAck
     applied = set(exact(rest)) if rest else set()
     applied.update(a.id for a in fast)
     return [a.id for a in acks if a.id in applied]
+
+
+def call_blocking(inbox: queue.SimpleQueue[Any], fn: Callable[[sqlite3.Connection], T]) -> T:
+    """Run ``fn`` on the storage thread and wait for it on this thread, with no event
+    loop in between: the sync API's path (one hop there and back, not three)."""
+    done = threading.Lock()
+    done.acquire()
+    box: list[Any] = []
+
+    def settle(result: Any, exc: BaseException | None) -> None:
+        box.append((result, exc))
+        done.release()
+
+    inbox.put((fn, settle))
+    done.acquire()
+    result, exc = box[0]
+    if exc is not None:
+        raise exc
+    return result  # type: ignore[no-any-return]

@@ -19,6 +19,7 @@ from .._hooks import StateChange
 from .._job import Job, JobState
 from .._storage._dashboard_types import JobBulkParams, JobChanged, JobFilter
 from .._storage._protocol import JobCancelParams, JobGetParams, JobRetryParams
+from . import _data
 from ._base import DashboardBase, safe_path
 from ._query import JobQuery, positive_int
 from ._security import action_form, form_text
@@ -74,7 +75,8 @@ class Actions(DashboardBase):
         back = safe_path(form_text(form, "back", "/failures"))
         self.audit(request, f"bulk.{action}", filter=query.describe(), cap=self.settings.bulk_cap)
         storage = await self.app.storage()
-        params = JobBulkParams(query.to_filter(), limit=self.settings.bulk_cap)
+        params = JobBulkParams(await _data.bounded(self.app, query.to_filter()),
+                               limit=self.settings.bulk_cap)
         try:
             if action == "retry":
                 changed = await storage.job_retry_matching(params)

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 #: Characters of args shown in a list row; the detail page shows them all.
 PREVIEW_CHARS = 120
 FINAL_CAP = 100_000
+#: A search in args reads at most the newest this many jobs (it cannot use an index).
+TEXT_SCAN = 100_000
 
 
 def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
@@ -148,9 +150,21 @@ class JobsPage:
     older: int | None
 
 
+async def bounded(app: Conveyor, flt: JobFilter) -> JobFilter:
+    """A search in args covers the newest ``TEXT_SCAN`` jobs only, so it stays fast on
+    any table (ids grow with time; the newest id is one index lookup away)."""
+    if not flt.text or flt.min_id is not None:
+        return flt
+    newest = await (await app.storage()).job_search(JobSearchParams(limit=1))
+    if not newest or newest[0].id <= TEXT_SCAN:
+        return flt
+    return dataclasses.replace(flt, min_id=newest[0].id - TEXT_SCAN + 1)
+
+
 async def jobs_page(app: Conveyor, flt: JobFilter, redact: Redactor, *, limit: int,
                     before: int | None, after: int | None, cap: int) -> JobsPage:
     storage = await app.storage()
+    flt = await bounded(app, flt)
     jobs = await storage.job_search(JobSearchParams(flt, limit + 1, before, after))
     more = len(jobs) > limit
     # A newer page was read upwards: its extra row is the newest one, at the front.

@@ -45,7 +45,7 @@ class Pages(DashboardBase):
             before=positive_int(params.get("before")), after=positive_int(params.get("after")),
             cap=self.settings.count_cap)
         return self.render(request, "jobs.html", "/jobs", page=page, query=query, limit=limit,
-                           states=STATE_CHOICES, sizes=PAGE_SIZES)
+                           states=STATE_CHOICES, sizes=PAGE_SIZES, text_scan=_data.TEXT_SCAN)
 
     async def job(self, request: Request) -> Response:
         job_id = positive_int(request.path_params["job_id"])
@@ -68,8 +68,9 @@ class Pages(DashboardBase):
         query = JobQuery.parse(request.query_params)
         storage = await self.app.storage()
         cap = self.settings.bulk_cap
-        matching = await storage.job_count_capped(JobCountCappedParams(query.to_filter(), cap + 1))
-        sample = await storage.job_search(JobSearchParams(query.to_filter(), limit=10))
+        flt = await _data.bounded(self.app, query.to_filter())
+        matching = await storage.job_count_capped(JobCountCappedParams(flt, cap + 1))
+        sample = await storage.job_search(JobSearchParams(flt, limit=10))
         return self.render(request, "confirm.html", "/failures", action=action, query=query,
                            count=min(matching, cap), over=matching > cap, cap=cap,
                            sample=[self.settings.redact(j) for j in sample], live=False,

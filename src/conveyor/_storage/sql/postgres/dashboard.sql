@@ -16,7 +16,8 @@ WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
        OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
           = %(error_key)s::text)
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
-  AND (%(before_id)s::bigint IS NULL OR j.id < %(before_id)s::bigint)
+  AND j.id >= coalesce(%(min_id)s::bigint, 0)
+  AND j.id < coalesce(%(before_id)s::bigint, 9223372036854775807)
 ORDER BY j.id DESC
 LIMIT %(limit)s;
 
@@ -33,6 +34,7 @@ WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
        OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
           = %(error_key)s::text)
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+  AND j.id >= coalesce(%(min_id)s::bigint, 0)
   AND j.id > %(after_id)s::bigint
 ORDER BY j.id
 LIMIT %(limit)s;
@@ -50,6 +52,7 @@ SELECT count(*) AS n FROM (
            OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
               = %(error_key)s::text)
       AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+      AND j.id >= coalesce(%(min_id)s::bigint, 0)
     LIMIT %(cap)s
 ) AS c;
 
@@ -104,6 +107,7 @@ WHERE j.state = ANY(%(allowed)s::text[])
        OR left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200)
           = %(error_key)s::text)
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+  AND j.id >= coalesce(%(min_id)s::bigint, 0)
 ORDER BY j.id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;

@@ -15,7 +15,8 @@ WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
                   CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
                        THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
   AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
-  AND (:before_id IS NULL OR j.id < :before_id)
+  AND j.id >= coalesce(:min_id, 0)
+  AND j.id < coalesce(:before_id, 9223372036854775807)
 ORDER BY j.id DESC
 LIMIT :limit;
 
@@ -31,6 +32,7 @@ WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
                   CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
                        THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
   AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
+  AND j.id >= coalesce(:min_id, 0)
   AND j.id > :after_id
 ORDER BY j.id
 LIMIT :limit;
@@ -47,6 +49,7 @@ SELECT count(*) AS n FROM (
                       CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
                            THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
       AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
+      AND j.id >= coalesce(:min_id, 0)
     LIMIT :cap
 );
 
@@ -102,6 +105,7 @@ WHERE instr(:allowed, ',' || j.state || ',') > 0
                   CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
                        THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
   AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
+  AND j.id >= coalesce(:min_id, 0)
 ORDER BY j.id
 LIMIT :limit;
 

@@ -48,7 +48,7 @@ test: lint
 	$(BIN)/pytest
 
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench --quiet-wait 120
 
 chaos: $(STAMP)
 	rm -rf tests/chaos/results

@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-seconds", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/conveyor-bench"))
+    parser.add_argument("--quiet-below", type=float, default=0.25, metavar="SHARE",
+                        help="before each run, wait until the machine is less busy than this")
+    parser.add_argument("--quiet-wait", type=float, default=0.0, metavar="SECONDS",
+                        help="longest wait for a quiet machine per run (0: do not wait)")
     args = parser.parse_args(argv)
     wanted = [p for p in args.cases.split(",") if p]
     cases = [c for c in plan(args.quick, args.steady_seconds)
@@ -146,8 +150,12 @@ def run_backend(target: Target, cases: list[Case], args: argparse.Namespace) -> 
     for case in cases:
         runs = []
         for i in range(args.repeat):
+            busy = (_env.wait_quiet(args.quiet_below, args.quiet_wait) if args.quiet_wait
+                    else None)
             began = time.monotonic()
             runs.append(case.run(target))
+            runs[-1]["machine_busy_before"] = busy
+            runs[-1]["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
             print(f"{target.backend} {case.id} run {i + 1}/{args.repeat}: "
                   f"{_summary_line(runs[-1])} ({time.monotonic() - began:.1f}s)", flush=True)
         command = shlex.join(["python", "-m", "bench", "--backends", target.backend,

@@ -91,3 +91,31 @@ def postgres_settings(url: str) -> dict[str, Any]:
         conn_kind = "unix socket" if conn.info.host.startswith("/") else f"tcp {conn.info.host}"
     return {"server_version": version[0] if version else None, "connection": conn_kind,
             "non_default_settings": dict(rows)}
+
+
+def cpu_busy(seconds: float = 1.0) -> float:
+    """Share of all cores busy over ``seconds`` (from /proc/stat; 0.0 where unknown)."""
+    def sample() -> tuple[int, int]:
+        try:
+            with open("/proc/stat", encoding="ascii") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except OSError:
+            return 0, 0
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    total0, idle0 = sample()
+    time.sleep(seconds)
+    total1, idle1 = sample()
+    spent = total1 - total0
+    return round(1 - (idle1 - idle0) / spent, 3) if spent > 0 else 0.0
+
+
+def wait_quiet(threshold: float, max_wait: float) -> float:
+    """Wait until other processes leave the machine mostly idle (the benchmark shares
+    it), at most ``max_wait`` seconds; returns the busy share seen last."""
+    deadline = time.monotonic() + max_wait
+    busy = cpu_busy()
+    while busy > threshold and time.monotonic() < deadline:
+        busy = cpu_busy(2.0)
+    return busy

@@ -86,7 +86,8 @@ def _fmt(value: Any) -> str:
 
 
 COLUMNS = ("jobs_per_s", "p50_ms", "p99_ms", "cpu_us_per_job", "round_trips_per_job",
-           "exactly_once", "peak_rss_mb", "slowdown_pct", "last_vs_first_third")
+           "exactly_once", "peak_rss_mb", "slowdown_pct", "last_vs_first_third",
+           "loadavg_1m_after")
 
 
 def summary(docs: dict[tuple[str, str], dict[str, Any]]) -> str:

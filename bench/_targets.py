@@ -34,14 +34,14 @@ FROM n, (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now)""",
     "postgres": """
 INSERT INTO conveyor_jobs (task, queue, args, state, attempt, scheduled_at, created_at,
                            attempted_at, finished_at, result)
-SELECT 'backlog', CASE WHEN i % 3 = 2 THEN 'bench-other' ELSE 'bench' END, '[0]',
-       CASE i % 3 WHEN 0 THEN 'scheduled' WHEN 1 THEN 'completed' ELSE 'available' END,
-       CASE WHEN i % 3 = 1 THEN 1 ELSE 0 END,
-       now() + CASE WHEN i % 3 = 0 THEN interval '30 days' ELSE interval '-1 hour' END,
+SELECT 'backlog', CASE WHEN i %% 3 = 2 THEN 'bench-other' ELSE 'bench' END, '[0]',
+       CASE i %% 3 WHEN 0 THEN 'scheduled' WHEN 1 THEN 'completed' ELSE 'available' END,
+       CASE WHEN i %% 3 = 1 THEN 1 ELSE 0 END,
+       now() + CASE WHEN i %% 3 = 0 THEN interval '30 days' ELSE interval '-1 hour' END,
        now() - interval '1 hour',
-       CASE WHEN i % 3 = 1 THEN now() - interval '1 hour' END,
-       CASE WHEN i % 3 = 1 THEN now() - interval '1 hour' END,
-       CASE WHEN i % 3 = 1 THEN 'null'::jsonb END
+       CASE WHEN i %% 3 = 1 THEN now() - interval '1 hour' END,
+       CASE WHEN i %% 3 = 1 THEN now() - interval '1 hour' END,
+       CASE WHEN i %% 3 = 1 THEN 'null'::jsonb END
 FROM generate_series(1, %(count)s) AS i""",
 }
 

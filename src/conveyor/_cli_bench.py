@@ -99,6 +99,11 @@ class BenchApp(Conveyor):
             self._wrapped[id(inner)] = found
         return found[1]
 
+    def _blocking_storage(self) -> Storage | None:
+        inner = super()._blocking_storage()
+        found = self._wrapped.get(id(inner)) if inner is not None else None
+        return found[1] if found is not None and found[0] is inner else inner
+
     def _note_ack(self, applied: list[int]) -> None:
         self.acks.append((time.time(), len(applied), time.process_time()))
 

@@ -331,7 +331,7 @@ class Outcome:
     jobs: int = 0
     states: dict[str, int] = dataclasses.field(default_factory=dict)
     executions: int = 0
-    #: Executions of an attempt whose lease was lost (rescued): the work ran again.
+    #: Executions whose lease was lost (their attempt was rescued): the work ran again.
     duplicates: int = 0
     #: Of those, executions that ran to the end before their lease was found lost.
     duplicate_completions: int = 0
@@ -413,8 +413,10 @@ def check(
                     v.append(f"job {job_id} attempt {attempt} ran twice (pids "
                              f"{[r.pid for r in runs]}) and was not given back in between")
             if attempt in rescued:
-                out.duplicates += len(runs)
-                out.duplicate_completions += sum((attempt, r.pid, "end") in ended for r in runs)
+                # The last run of a rescued attempt is the one whose lease was lost; any
+                # earlier run of the same number was given back (the number was reused).
+                out.duplicates += 1
+                out.duplicate_completions += (attempt, runs[-1].pid, "end") in ended
             elif attempt != job.attempt and attempt not in failed:
                 last = runs[-1]
                 if not {(attempt, last.pid, "abort"), (attempt, last.pid, "snooze")} & ended:

@@ -100,9 +100,12 @@ def render(results: list[dict[str, Any]]) -> str:
               f"violations: **{sum(r['violations'] for r in results)}**"
               + (" (see the failing scenarios above)." if bad else ".")]
     lines += ["", "### Notes per scenario", ""]
+    notes: dict[tuple[int, str], list[str]] = {}
     for r in scenarios:
         if r["notes"]:
-            lines.append(f"* **{r['scenario']} ({r['backend']})**: {r['notes']}.")
+            notes.setdefault((r["scenario"], r["notes"]), []).append(r["backend"])
+    for (number, note), backends in notes.items():
+        lines.append(f"* **{number}** ({', '.join(backends)}): {note}.")
     lines += ["", "### Not covered here", "",
               "* **10. Unique keys, cron and rate limits across processes**: covered by the "
               "flow-control tests (`tests/test_flow_processes.py`), not by this suite yet.",
@@ -131,7 +134,7 @@ def render(results: list[dict[str, Any]]) -> str:
                   "|---|" + "---|" * len(bad_input)]
         keys = sorted({k for r in bad_input for k in r["extra"]})
         for key in keys:
-            cells = [str(r["extra"].get(key, "")).replace("|", "\\|")[:120] for r in bad_input]
+            cells = [_cell(str(r["extra"].get(key, ""))) for r in bad_input]
             lines.append(f"| {key} | " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["## Behaviour worth knowing", "",
@@ -154,6 +157,11 @@ def render(results: list[dict[str, Any]]) -> str:
               "that hold every connection of the main pool cannot starve a lease.",
               ""]
     return "\n".join(lines)
+
+
+def _cell(text: str, limit: int = 150) -> str:
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return text.replace("|", "\\|")
 
 
 def _cores() -> int:

@@ -58,8 +58,8 @@ def test_starved_pool_still_heartbeats(db_url: str, chaos_dir: Path, started: fl
                   len(ids), f"{reps} x {hogs} jobs holding the worker's connections for "
                   f"{3 * lease:g} s (pool of {pool}, lease {lease:g} s)",
                   request.node.nodeid, outcome,
-                  notes="PostgreSQL: the runtime's heartbeats, acks and claims use connections "
-                        "handlers cannot take; SQLite: the storage thread serves callers in order"),
+                  notes="PostgreSQL: heartbeats and acks use reserved connections that handlers "
+                        "cannot take; SQLite: the one storage thread serves callers in order"),
            started)
 
 

@@ -113,7 +113,8 @@ def test_operator_flows(session: tuple[Any, str, Conveyor, Shots]) -> None:
     assert page.locator("tr[data-job]").count() == 7
     page.goto(base + "/jobs")
     shot("jobs")
-    charge = app.list_jobs(task="charge", state="discarded", limit=1)[0]
+    charge = next(j for j in app.list_jobs(task="charge", state="discarded")
+                  if j.errors[-1]["error"].startswith("ValueError"))
     page.goto(f"{base}/jobs?state=discarded")
     page.click(f"tr[data-job='{charge.id}'] >> a >> nth=0")
     page.wait_for_selector("text=Timeline")

@@ -18,6 +18,7 @@ from .. import _payload
 from .._context import JobContext, reset_current, set_current
 from .._errors import Cancel, Discard, Snooze, Throttle
 from .._job import Job, JobState
+from .._storage._fast import make_ack
 from .._storage._protocol import JobAck
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class Executor:
 
     def _ack(self, ex: Execution, state: JobState, **fields: Any) -> JobAck:
         assert ex.job.lease_token is not None
-        return JobAck(id=ex.job.id, lease_token=ex.job.lease_token, state=state, **fields)
+        return make_ack(id=ex.job.id, lease_token=ex.job.lease_token, state=state, **fields)
 
     def _error(self, ex: Execution, message: str, tb: str | None = None) -> str:
         cfg = self._app.config

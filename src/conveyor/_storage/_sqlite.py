@@ -56,8 +56,9 @@ _STOP = object()
 class SQLiteConfig:
     path: str
     busy_timeout: float = 30.0
-    #: How often the thread checks whether another connection committed.
-    poll_interval: float = 0.05
+    #: How often the thread checks whether another connection committed, while a worker
+    #: of this process listens (enqueue-to-start latency across processes); 0.5 s else.
+    poll_interval: float = 0.005
 
 
 def _insert_values(job: JobInsert) -> dict[str, Any]:
@@ -110,7 +111,7 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
             dialect="sqlite",
             listen_notify=False,
             skip_locked=False,
-            poll_interval=max(config.poll_interval * 4, 0.2),
+            poll_interval=max(config.poll_interval * 40, 0.2),
             transactional_enqueue=True,
         )
 
@@ -147,7 +148,8 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
         assert conn is not None
         while True:
             try:
-                item = self._inbox.get(timeout=self._config.poll_interval)
+                item = self._inbox.get(timeout=self._config.poll_interval
+                                       if self._hub.has_subscribers else 0.5)
             except queue.Empty:
                 self._check_foreign_commits(conn)
                 continue

@@ -18,6 +18,15 @@ def when(value: datetime | None) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def stamp(value: Any) -> str:
+    """An ISO 8601 string (as stored in a job's errors) shown like ``when``."""
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    return when(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
+
+
 def clock(ts: float) -> str:
     """Unix seconds as HH:MM (UTC), for chart axes."""
     return datetime.fromtimestamp(ts, UTC).strftime("%H:%M")
@@ -72,4 +81,4 @@ def pretty(value: Any) -> str:
 
 
 FILTERS = {"when": when, "seconds": seconds, "ago": ago, "number": number, "count": count,
-           "percent": percent, "pretty": pretty, "clock": clock}
+           "percent": percent, "pretty": pretty, "clock": clock, "stamp": stamp}

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from conveyor import Conveyor, JobState, RateLimit, Throttle, Unique, current_job
+from conveyor import Conveyor, InvalidStateError, JobState, RateLimit, Throttle, Unique, current_job
 from conveyor._runtime import Worker
 
 from ._runtime_util import FAST, all_final, in_state, run_worker_until
@@ -328,3 +328,17 @@ async def _reasons(app: Conveyor, job_id: int) -> str:
 
 async def _true() -> bool:
     return True
+
+
+def test_retrying_a_unique_job_whose_key_is_taken_says_so(app: Conveyor) -> None:
+    @app.task(unique=Unique())
+    async def once(x: int) -> None: ...
+
+    first = once.enqueue(1)
+    app.cancel_job(first.id)
+    second = once.enqueue(1)  # the key is free again once the first is cancelled
+    assert not second.duplicate
+    with pytest.raises(InvalidStateError, match="another live job holds its unique key"):
+        app.retry_job(first.id)
+    app.cancel_job(second.id)
+    assert app.retry_job(first.id).state == JobState.AVAILABLE

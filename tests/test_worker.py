@@ -324,3 +324,25 @@ def test_many_jobs_each_complete_exactly_once(app: Conveyor) -> None:
 
     asyncio.run(main())
     assert sorted(seen) == list(range(1000))
+
+
+def test_a_handlers_own_timeout_error_is_an_ordinary_failure(app: Conveyor) -> None:
+    @app.task(max_attempts=1)
+    async def calls_upstream() -> None:
+        raise TimeoutError("upstream took too long")
+
+    @app.task(max_attempts=1, timeout=0.2)
+    def slow_sync() -> None:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not current_job().cancelled:
+            time.sleep(0.01)
+
+    async def main() -> None:
+        own, sync = await calls_upstream.enqueue_async(), await slow_sync.enqueue_async()
+        await run_worker_until(app, all_final(app))
+        f_own, f_sync = await app.get_job_async(own.id), await app.get_job_async(sync.id)
+        assert f_own is not None and f_own.errors[0]["error"] == "TimeoutError: upstream took too long"
+        assert f_sync is not None and "past its timeout of 0.2s" in f_sync.errors[0]["error"]
+        await app.close_async()
+
+    asyncio.run(main())

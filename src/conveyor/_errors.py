@@ -15,6 +15,12 @@ class SchemaError(ConveyorError):
     """The schema is missing or older than this version of Conveyor expects."""
 
 
+def unique_held(job_id: int) -> InvalidStateError:
+    return InvalidStateError(
+        f"job {job_id} cannot be retried: another live job holds its unique key"
+    )
+
+
 class JobNotFoundError(ConveyorError, LookupError):
     """No job has the given id."""
 

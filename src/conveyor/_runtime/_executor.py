@@ -30,6 +30,10 @@ log = logging.getLogger("conveyor.job")
 StopReason = Literal["cancel", "shutdown", "lost"]
 
 
+class TaskTimedOut(Exception):
+    """The task's own ``timeout=`` ran out (a handler's own TimeoutError is a failure)."""
+
+
 def default_backoff(attempt: int) -> float:
     """Exponential with a floor: about 16 s, 31 s, 96 s, 4.5 min ... capped at one day."""
     return float(min(15 + attempt**4, 86_400))
@@ -128,19 +132,24 @@ class Executor:
         if task.is_async:
             if timeout is None:  # asyncio.timeout(None) costs more than a no-op handler
                 return await task.fn(*job.args, **job.kwargs)
-            async with asyncio.timeout(timeout):
-                return await task.fn(*job.args, **job.kwargs)
+            try:
+                async with asyncio.timeout(timeout) as scope:
+                    return await task.fn(*job.args, **job.kwargs)
+            except TimeoutError:
+                if scope.expired():  # ours, not a TimeoutError the handler raised
+                    raise TaskTimedOut from None
+                raise
         ex.handler_is_async = False
         loop = asyncio.get_running_loop()
         call = functools.partial(task.fn, *job.args, **job.kwargs)
         future = loop.run_in_executor(self._pool, contextvars.copy_context().run, call)
-        try:
-            # shield: a timeout gives up on the thread's result; the thread runs on and
-            # sees ctx.cancelled, since Python cannot interrupt a thread.
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except TimeoutError:
+        # A timeout or a stop gives up on the thread's result; the thread runs on and
+        # sees ctx.cancelled, since Python cannot interrupt a thread.
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+        if not done:
             ex.ctx._cancel.set()
-            raise
+            raise TaskTimedOut
+        return future.result()
 
     async def execute(self, ex: Execution) -> JobAck | None:
         """Run the job; return its outcome, or None when the lease was lost (no write)."""
@@ -187,7 +196,7 @@ class Executor:
             if ex.stop_reason is None:
                 raise
             return self._stopped(ex)
-        except TimeoutError:
+        except TaskTimedOut:
             if ex.stop_reason is not None:
                 return self._stopped(ex)
             msg = f"TimeoutError: task ran past its timeout of {task.defaults.timeout}s"

@@ -26,7 +26,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
-from .._errors import ConveyorError, DatabaseUnavailableError, SchemaError
+from .._errors import ConveyorError, DatabaseUnavailableError, SchemaError, unique_held
 from .._job import Job
 from . import _postgres_fast
 from . import _protocol as p
@@ -131,8 +131,7 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
         self._reserved: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
         self._blocking = _postgres_fast.BlockingPool(
-            config.url, {**self._connect_kwargs(), "prepare_threshold": _PREPARE_THRESHOLD},
-            config.max_size)
+            config.url, {**self._connect_kwargs(), "prepare_threshold": 1}, config.max_size)
         self._lock = threading.Lock()
         self._listeners = 0
         self._listener: asyncio.Task[None] | None = None
@@ -342,13 +341,15 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         if self._pool is None:
             raise DatabaseUnavailableError("storage is not open")
         jobs = list(params.jobs)
-        with self._translate():
-            pool = self._blocking.get(self._config.connect_timeout)
-            with pool.connection() as conn:
-                if jobs and all(j.unique_key is None for j in jobs):
-                    return _postgres_fast.insert_plain_sync(
-                        conn, self._q["job_insert_plain"], self._insert_values(jobs), jobs)
-                return self.job_insert_many_sync(params, conn)
+        with self._translate(), self._blocking.connection(self._config.connect_timeout) as conn:
+            if len(jobs) == 1 and jobs[0].unique_key is None:
+                return _postgres_fast.insert_plain_sync(
+                    conn, self._q["job_insert_one"],
+                    _postgres_fast.one_values(jobs[0], self._config.channel), jobs)
+            if jobs and all(j.unique_key is None for j in jobs):
+                return _postgres_fast.insert_plain_sync(
+                    conn, self._q["job_insert_plain"], self._insert_values(jobs), jobs)
+            return self.job_insert_many_sync(params, conn)
 
     def job_insert_many_sync(self, params: p.JobInsertManyParams, connection: Any) -> list[Job]:
         if not isinstance(connection, psycopg.Connection):
@@ -454,7 +455,10 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         return [job_from_row(r, json_text=False) for r in rows]
 
     async def job_retry(self, params: p.JobRetryParams) -> Job | None:
-        return await self._one("job_retry", {"id": params.id})
+        try:
+            return await self._one("job_retry", {"id": params.id})
+        except psycopg.errors.UniqueViolation:  # another live job holds the unique key
+            raise unique_held(params.id) from None
 
     async def job_cancel(self, params: p.JobCancelParams) -> Job | None:
         return await self._one("job_cancel", {"id": params.id})

@@ -9,13 +9,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from datetime import UTC
 from typing import Any
 
 import psycopg
 from psycopg.rows import tuple_row
-from psycopg_pool import ConnectionPool
 
 from .._job import Job
 from ._fast import jobs_from_inserts, jobs_from_rows, plain_completed
@@ -57,6 +58,16 @@ async def ack_many(fetch: Fetch, batch: Sequence[JobAck],
     return applied
 
 
+def one_values(job: JobInsert, channel: str) -> dict[str, Any]:
+    """Scalar parameters of ``job_insert_one``."""
+    return {"task": job.task, "queue": job.queue, "args": job.args_json,
+            "kwargs": job.kwargs_json, "priority": job.priority,
+            "max_attempts": job.max_attempts, "tags": job.tags_json, "meta": job.meta_json,
+            "delay": None if job.delay is None else float(job.delay),
+            "run_at": job.run_at.astimezone(UTC) if job.run_at else None,
+            "concurrency_key": job.concurrency_key, "channel": channel}
+
+
 def insert_plain_sync(conn: psycopg.Connection[Any], sql: str, values: Mapping[str, Any],
                       jobs: Sequence[JobInsert]) -> list[Job]:
     rows = conn.execute(sql, values).fetchall()
@@ -67,25 +78,43 @@ def insert_plain_sync(conn: psycopg.Connection[Any], sql: str, values: Mapping[s
 class BlockingPool:
     """Synchronous connections for the sync API's enqueue, opened on first use: a sync
     caller then talks to PostgreSQL from its own thread, not through the portal's loop
-    (two thread hops fewer per call, and callers on many threads run in parallel)."""
+    (two thread hops fewer per call, and callers on many threads run in parallel).
+
+    A plain free list, not psycopg_pool: its checkout costs more CPU than the insert.
+    At most ``max_size`` connections; one that failed is closed, not reused.
+    """
 
     def __init__(self, url: str, kwargs: Mapping[str, Any], max_size: int) -> None:
-        self._url, self._kwargs, self._max_size = url, dict(kwargs), max_size
-        self._pool: ConnectionPool[psycopg.Connection[Any]] | None = None
-        self._lock = threading.Lock()
+        self._url, self._kwargs = url, dict(kwargs)
+        self._free: list[psycopg.Connection[Any]] = []
+        self._slots = threading.BoundedSemaphore(max_size)
+        self._closed = False
 
-    def get(self, timeout: float) -> ConnectionPool[psycopg.Connection[Any]]:
-        with self._lock:
-            if self._pool is None:
-                pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-                    self._url, kwargs=self._kwargs, min_size=1, max_size=self._max_size,
-                    open=False, name="conveyor-sync")
-                pool.open(wait=True, timeout=timeout)
-                self._pool = pool
-            return self._pool
+    @contextlib.contextmanager
+    def connection(self, timeout: float) -> Iterator[psycopg.Connection[Any]]:
+        if not self._slots.acquire(timeout=timeout):
+            raise psycopg.OperationalError("no free connection for the sync enqueue")
+        conn = None
+        try:
+            try:
+                conn = self._free.pop()
+            except IndexError:
+                conn = psycopg.connect(self._url, **self._kwargs)
+            yield conn
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        else:
+            idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            if self._closed or not idle:
+                conn.close()
+            else:
+                self._free.append(conn)
+        finally:
+            self._slots.release()
 
     def close(self) -> None:
-        with self._lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        self._closed = True
+        while self._free:
+            self._free.pop().close()

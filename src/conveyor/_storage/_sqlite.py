@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .._errors import DatabaseUnavailableError, SchemaError
+from .._errors import DatabaseUnavailableError, SchemaError, unique_held
 from .._job import Job
 from . import _sqlite_fast
 from ._fast import jobs_from_rows
@@ -441,7 +441,10 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
         return await self._call(run)
 
     async def job_retry(self, params: JobRetryParams) -> Job | None:
-        job = await self._one("job_retry", {"id": params.id}, write=True)
+        try:
+            job = await self._one("job_retry", {"id": params.id}, write=True)
+        except sqlite3.IntegrityError:  # the unique index: another live job holds the key
+            raise unique_held(params.id) from None
         if job is not None:
             self._hub.notify(job.queue)
         return job

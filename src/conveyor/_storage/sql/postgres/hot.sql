@@ -46,3 +46,23 @@ FROM unnest(%(id)s::bigint[], %(lease_token)s::bigint[], %(result)s::text[])
      AS a(id, lease_token, result)
 WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.state = 'running'
 RETURNING j.id;
+
+-- name: job_insert_one
+-- job_insert_plain for one job, with scalar parameters: arrays cost the client far more
+-- to send than the statement costs the server (the sync API's task.enqueue()).
+WITH inserted AS (
+    INSERT INTO conveyor_jobs
+        (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
+         scheduled_at, created_at, concurrency_key)
+    SELECT %(task)s::text, %(queue)s::text, %(args)s::jsonb, %(kwargs)s::jsonb,
+           %(priority)s::smallint, %(max_attempts)s::integer, %(tags)s::jsonb, %(meta)s::jsonb,
+           CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
+           %(concurrency_key)s::text
+    FROM (SELECT coalesce(%(run_at)s::timestamptz,
+                          now() + coalesce(%(delay)s::float8, 0) * interval '1 second') AS due) AS d
+    RETURNING id, queue, state, scheduled_at, created_at
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, queue)) AS n FROM inserted
+)
+SELECT inserted.id, inserted.state, inserted.scheduled_at, inserted.created_at
+FROM inserted CROSS JOIN woken;

@@ -22,3 +22,11 @@ SET state = 'completed',
     lease_token = NULL,
     lease_expires_at = NULL
 WHERE id = ? AND lease_token = ? AND state = 'running';
+
+-- name: job_insert_one
+-- PostgreSQL sends one job with scalar parameters; here executemany of job_insert_plain
+-- already costs nothing per statement, so this is the same statement (kept for parity).
+INSERT INTO conveyor_jobs
+    (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at,
+     concurrency_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);

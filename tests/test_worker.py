@@ -346,3 +346,30 @@ def test_a_handlers_own_timeout_error_is_an_ordinary_failure(app: Conveyor) -> N
         await app.close_async()
 
     asyncio.run(main())
+
+
+def test_rescued_jobs_are_reported_to_state_change_listeners(app: Conveyor) -> None:
+    from conveyor._runtime._services import Rescuer
+    from conveyor._storage._protocol import JobFetchAvailableParams
+
+    seen: list[Any] = []
+    app.on_state_change(seen.append)
+
+    @app.task
+    async def lost() -> None: ...
+
+    async def main() -> None:
+        job = await lost.enqueue_async()
+        storage = await app.storage()
+        await storage.job_fetch_available(JobFetchAvailableParams("default", 1, "gone", 0.01))
+        rescuer = Rescuer(storage, 1.0, hooks=app.hooks)
+        deadline = time.monotonic() + 5
+        while not await rescuer.run_once():
+            assert time.monotonic() < deadline, "lease never expired"
+            await asyncio.sleep(0.02)
+        rescued = [c for c in seen if c.source == "rescuer"]
+        assert [(c.job_id, c.previous, c.state) for c in rescued] == [
+            (job.id, JobState.RUNNING, JobState.AVAILABLE)]
+        await app.close_async()
+
+    asyncio.run(main())

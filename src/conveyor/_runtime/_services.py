@@ -10,8 +10,11 @@ import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 
+from .._hooks import Hooks
+from .._job import JobState
 from .._storage import Storage
 from .._storage._protocol import (
+    JobGetParams,
     JobHeartbeatManyParams,
     JobLease,
     JobRescueExpiredParams,
@@ -82,15 +85,21 @@ class Rescuer(Service):
 
     name = "rescuer"
 
-    def __init__(self, storage: Storage, interval: float, node_ttl: float = 15.0) -> None:
+    def __init__(self, storage: Storage, interval: float, node_ttl: float = 15.0,
+                 hooks: Hooks | None = None) -> None:
         self._storage = storage
         self.interval = interval
         self._params = JobRescueExpiredParams(node_ttl=node_ttl)
+        self._hooks = hooks
 
     async def run_once(self) -> list[int]:
         ids = await self._storage.job_rescue_expired(self._params)
         if ids:
             log.warning("rescued %d job(s) whose lease expired: %s", len(ids), ids[:20])
+        if ids and self._hooks is not None and self._hooks.listeners:
+            # Rescues are rare: read the rows back only when someone listens.
+            jobs = [await self._storage.job_get(JobGetParams(i)) for i in ids]
+            self._hooks.emit_jobs([j for j in jobs if j is not None], JobState.RUNNING, "rescuer")
         return ids
 
 

@@ -112,4 +112,21 @@ def summary(docs: dict[tuple[str, str], dict[str, Any]]) -> str:
     lines += ["", "## Commands", ""]
     for (case, backend), doc in sorted(docs.items()):
         lines.append(f"- `{case}` ({backend}): `{doc['command']}`")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _appendix()
+
+
+def _appendix() -> str:
+    """The hand-written analysis (bench/analysis.md) and the database floors measured by
+    ``python -m bench.probes`` (bench/results/probes.json), when present."""
+    here = Path(__file__).resolve().parent
+    out = ""
+    analysis = here / "analysis.md"
+    if analysis.exists():
+        out += "\n" + analysis.read_text()
+    probes = here / "results" / "probes.json"
+    if probes.exists():
+        doc = json.loads(probes.read_text())
+        doc.pop("machine", None)
+        out += ("\n## Database floors (`python -m bench.probes`)\n\n```json\n"
+                + json.dumps(doc, indent=2) + "\n```\n")
+    return out

@@ -120,11 +120,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steady-seconds", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/conveyor-bench"))
+    parser.add_argument("--summary-only", action="store_true",
+                        help="only rewrite summary.md from the JSON files already in --out")
     parser.add_argument("--quiet-below", type=float, default=0.25, metavar="SHARE",
                         help="before each run, wait until the machine is less busy than this")
     parser.add_argument("--quiet-wait", type=float, default=0.0, metavar="SECONDS",
                         help="longest wait for a quiet machine per run (0: do not wait)")
     args = parser.parse_args(argv)
+    if args.summary_only:
+        (args.out / "summary.md").write_text(_report.summary(_report.load(args.out)))
+        return 0
     wanted = [p for p in args.cases.split(",") if p]
     cases = [c for c in plan(args.quick, args.steady_seconds)
              if not wanted or any(c.id.startswith(p) for p in wanted)]

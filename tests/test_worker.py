@@ -373,3 +373,28 @@ def test_rescued_jobs_are_reported_to_state_change_listeners(app: Conveyor) -> N
         await app.close_async()
 
     asyncio.run(main())
+
+
+def test_an_outcome_the_database_refuses_does_not_wedge_the_acker(app: Conveyor) -> None:
+    from conveyor._runtime._acker import Acker
+    from conveyor._storage._protocol import JobAck, JobFetchAvailableParams
+
+    @app.task
+    async def work(i: int) -> None: ...
+
+    async def main() -> None:
+        await app.enqueue_many_async([work.job(1), work.job(2)])
+        storage = await app.storage()
+        a, b = await storage.job_fetch_available(JobFetchAvailableParams("default", 2, "n", 30))
+        flushed: list[set[int]] = []
+        acker = Acker(storage, lambda acks, applied: flushed.append(applied))
+        acker.push(JobAck(a.id, a.lease_token or 0, JobState.COMPLETED, result_json="{not json"))
+        acker.push(JobAck(b.id, b.lease_token or 0, JobState.COMPLETED, result_json="2"))
+        assert await acker.run_once() == 2
+        assert flushed == [{a.id, b.id}]
+        done_a, done_b = await app.get_job_async(a.id), await app.get_job_async(b.id)
+        assert done_a is not None and done_a.state == JobState.COMPLETED and done_a.result is None
+        assert done_b is not None and done_b.result == 2
+        await app.close_async()
+
+    asyncio.run(main())

@@ -7,9 +7,12 @@ arrives while a flush is in flight goes out in the next. No timer, so no idle la
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 
+from .. import _payload
+from .._errors import DatabaseUnavailableError
 from .._storage import Storage
 from .._storage._protocol import JobAck, JobAckManyParams
 
@@ -49,13 +52,36 @@ class Acker:
             try:
                 applied = set(await self._storage.job_ack_many(JobAckManyParams(batch)))
                 break
-            except Exception as exc:  # the database is away: keep the batch, retry
+            except DatabaseUnavailableError as exc:  # the database is away: keep, retry
                 log.warning("ack flush of %d failed, retrying: %s", len(batch), exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+            except Exception as exc:  # the database refused a row: find it, do not wedge
+                log.error("ack flush of %d refused (%s); writing one by one", len(batch), exc)
+                try:
+                    applied = await self._one_by_one(batch)
+                    break
+                except DatabaseUnavailableError:
+                    await asyncio.sleep(delay)
         self.flushes += 1
         self._on_flushed(batch, applied)
         return len(batch)
+
+    async def _one_by_one(self, batch: list[JobAck]) -> set[int]:
+        """Write each ack alone; one the database refuses is written without its result
+        and with a note instead of its error, and dropped if even that fails (its lease
+        then runs out and the job is rescued)."""
+        applied: set[int] = set()
+        for ack in batch:
+            for attempt in (ack, _stripped(ack)):
+                try:
+                    applied.update(await self._storage.job_ack_many(JobAckManyParams([attempt])))
+                    break
+                except DatabaseUnavailableError:
+                    raise
+                except Exception as exc:
+                    log.error("outcome of job %d could not be stored: %s", ack.id, exc)
+        return applied
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Flush until stopped; after ``stopping`` is set, flush what remains and return."""
@@ -74,3 +100,9 @@ class Acker:
 
     async def drain(self) -> None:
         await self._idle.wait()
+
+
+def _stripped(ack: JobAck) -> JobAck:
+    note = _payload.dumps({"error": "the outcome of this attempt could not be stored"})
+    return dataclasses.replace(ack, result_json=None,
+                               error_json=note if ack.error_json is not None else None)

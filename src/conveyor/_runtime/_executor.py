@@ -113,7 +113,7 @@ class Executor:
         job = ex.job
         error = self._error(ex, message, tb)
         if job.attempt >= job.max_attempts:
-            log.warning("job discarded after %d attempts: %s", job.attempt, message,
+            log.warning("job discarded after %d attempts: %s", job.attempt, message[:500],
                         extra=ex.log_extra())
             return self._ack(ex, JobState.DISCARDED, error_json=error)
         backoff = task.defaults.backoff
@@ -123,7 +123,7 @@ class Executor:
             delay = float(backoff(job.attempt))
         else:
             delay = float(backoff)
-        log.info("job failed, retry in %.2fs: %s", delay, message, extra=ex.log_extra())
+        log.info("job failed, retry in %.2fs: %s", delay, message[:500], extra=ex.log_extra())
         state = JobState.RETRYABLE if delay > 0 else JobState.AVAILABLE
         return self._ack(ex, state, delay=max(delay, 0.0), error_json=error)
 

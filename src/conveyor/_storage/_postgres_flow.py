@@ -52,12 +52,12 @@ class PostgresFlowMixin:
     ) -> list[DictRow]:
         raise NotImplementedError
 
-    def _conn(self) -> contextlib.AbstractAsyncContextManager[Conn]:
+    def _conn(self, reserved: bool = False) -> contextlib.AbstractAsyncContextManager[Conn]:
         raise NotImplementedError
 
     @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[Conn]:
-        async with self._conn() as conn, conn.transaction():
+    async def _transaction(self, reserved: bool = False) -> AsyncIterator[Conn]:
+        async with self._conn(reserved) as conn, conn.transaction():
             yield conn
 
     async def _exec(self, conn: Conn, name: str, values: Mapping[str, Any]) -> list[DictRow]:
@@ -79,7 +79,8 @@ class PostgresFlowMixin:
         return [node_row(r, json_text=False) for r in rows]
 
     async def leader_elect(self, params: LeaderElectParams) -> LeaderRow | None:
-        async with self._transaction() as conn:
+        # Reserved connections: handlers hogging the pool must not cost the leadership.
+        async with self._transaction(reserved=True) as conn:
             await self._exec(conn, "leader_elect", dataclasses.asdict(params))
             rows = await self._exec(conn, "leader_get", {"name": params.name})
         return leader_row(rows[0]) if rows else None

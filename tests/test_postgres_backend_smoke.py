@@ -160,7 +160,8 @@ def test_insert_fetch_ack_stage(url: str) -> None:
         assert got_a is not None and got_a.state is JobState.RETRYABLE
         assert got_a.errors == [{"error": "boom"}] and got_a.finished_at is None
 
-        assert "q1" in await s.job_stage_due(JobStageDueParams())
+        staged = await s.job_stage_due(JobStageDueParams())
+        assert ("q1", JobState.RETRYABLE) in [(j.queue, j.previous) for j in staged]
         got_a = await s.job_get(JobGetParams(a.id))
         assert got_a is not None and got_a.state is JobState.AVAILABLE
         assert await s.job_get(JobGetParams(10**12)) is None

@@ -27,6 +27,7 @@ from conveyor._storage._protocol import (
     JobRescueExpiredParams,
     JobRetryParams,
     JobStageDueParams,
+    StagedJob,
     NodeDeleteParams,
     NodeUpsertParams,
 )
@@ -160,11 +161,11 @@ def test_stage_due_moves_only_due_jobs(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
         await s.job_insert_many(JobInsertManyParams([ins(delay=0.05, queue="soon"), ins(delay=3600)]))
         deadline = asyncio.get_running_loop().time() + 5
-        staged: list[str] = []
+        staged: list[StagedJob] = []
         while not staged and asyncio.get_running_loop().time() < deadline:
             staged = await s.job_stage_due(JobStageDueParams())
             await asyncio.sleep(0.02)
-        assert staged == ["soon"]
+        assert [(j.queue, j.previous) for j in staged] == [("soon", JobState.SCHEDULED)]
         counts = await s.job_count_by_state(JobCountByStateParams())
         assert counts == {"available": 1, "scheduled": 1}
 

@@ -217,7 +217,7 @@ class StorageMachine(RuleBasedStateMachine):
     def stage(self) -> None:
         got = self.run(self.storage.job_stage_due(JobStageDueParams()))
         due = [m for m in self.jobs.values() if m.state in (S.SCHEDULED, S.RETRYABLE) and m.due]
-        assert got == sorted({m.queue for m in due})
+        assert sorted((j.id, j.previous) for j in got) == sorted((m.id, m.state) for m in due)
         for m in due:
             m.state = S.AVAILABLE
 

@@ -348,8 +348,8 @@ def test_a_handlers_own_timeout_error_is_an_ordinary_failure(app: Conveyor) -> N
     asyncio.run(main())
 
 
-def test_rescued_jobs_are_reported_to_state_change_listeners(app: Conveyor) -> None:
-    from conveyor._runtime._services import Rescuer
+def test_rescued_and_staged_jobs_are_reported_to_state_change_listeners(app: Conveyor) -> None:
+    from conveyor._runtime._services import Rescuer, Stager
     from conveyor._storage._protocol import JobFetchAvailableParams
 
     seen: list[Any] = []
@@ -370,6 +370,14 @@ def test_rescued_jobs_are_reported_to_state_change_listeners(app: Conveyor) -> N
         rescued = [c for c in seen if c.source == "rescuer"]
         assert [(c.job_id, c.previous, c.state) for c in rescued] == [
             (job.id, JobState.RUNNING, JobState.AVAILABLE)]
+        later = await lost.options(delay=0.01).enqueue_async()
+        stager = Stager(storage, 1.0, hooks=app.hooks)
+        while not await stager.run_once():
+            assert time.monotonic() < deadline + 5, "never due"
+            await asyncio.sleep(0.02)
+        staged = [c for c in seen if c.source == "stager"]
+        assert [(c.job_id, c.previous, c.state) for c in staged] == [
+            (later.id, JobState.SCHEDULED, JobState.AVAILABLE)]
         await app.close_async()
 
     asyncio.run(main())

@@ -47,6 +47,8 @@ class WorkerOptions:
     lease_ttl: float = 30.0
     heartbeat_interval: float = 2.0
     leader_ttl: float = 15.0
+    completed_retention: float = 86_400.0
+    discarded_retention: float = 7 * 86_400.0
     log_level: str = "INFO"
     log_format: str = "text"
 
@@ -185,6 +187,8 @@ def build_config(opts: WorkerOptions) -> WorkerConfig:
             lease_ttl=opts.lease_ttl,
             heartbeat_interval=opts.heartbeat_interval,
             leader_ttl=opts.leader_ttl,
+            completed_retention=opts.completed_retention,
+            discarded_retention=opts.discarded_retention,
             shutdown_timeout=opts.shutdown_timeout,
             burst=opts.burst,
         )
@@ -284,6 +288,8 @@ def child_argv(app_path: str, url: str | None, opts: WorkerOptions) -> list[str]
         "--lease-ttl", repr(opts.lease_ttl),
         "--heartbeat-interval", repr(opts.heartbeat_interval),
         "--leader-ttl", repr(opts.leader_ttl),
+        "--completed-retention", repr(opts.completed_retention),
+        "--discarded-retention", repr(opts.discarded_retention),
         "--log-level", opts.log_level,
         "--log-format", opts.log_format,
         "--processes", "1",

@@ -40,7 +40,7 @@ StateListener = Callable[["StateChange"], None]
 EnqueueHook = Callable[[str, dict[str, Any]], None]
 
 #: Where a change came from.
-SOURCES = ("enqueue", "worker", "rescuer", "api", "dashboard")
+SOURCES = ("enqueue", "worker", "stager", "rescuer", "api", "dashboard")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

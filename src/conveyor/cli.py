@@ -261,6 +261,11 @@ def jobs_cancel(job_id: int, as_json: bool, app_path: str | None, url: str | Non
 @click.option("--leader-ttl", type=click.FloatRange(min=0, min_open=True), default=15.0,
               show_default=True, help="Seconds of the leader lease; a dead leader is replaced "
               "within it.")
+@click.option("--completed-retention", type=click.FloatRange(min=0), default=86_400.0,
+              show_default=True, help="Seconds completed and cancelled jobs are kept before "
+              "the leader's pruner deletes them.")
+@click.option("--discarded-retention", type=click.FloatRange(min=0), default=7 * 86_400.0,
+              show_default=True, help="Seconds discarded jobs are kept before they are pruned.")
 @click.option("--log-level", type=click.Choice(_cli_worker.LOG_LEVELS, case_sensitive=False),
               default="INFO", show_default=True)
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
@@ -268,7 +273,8 @@ def jobs_cancel(job_id: int, as_json: bool, app_path: str | None, url: str | Non
 @common_options
 def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
            processes: int, burst: bool, shutdown_timeout: float, lease_ttl: float,
-           heartbeat_interval: float, leader_ttl: float, log_level: str, log_format: str,
+           heartbeat_interval: float, leader_ttl: float, completed_retention: float,
+           discarded_retention: float, log_level: str, log_format: str,
            app_path: str | None, url: str | None) -> None:
     """Run a worker for the app at APP_PATH (module:attribute, or $CONVEYOR_APP).
 
@@ -281,7 +287,9 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
     opts = _cli_worker.WorkerOptions(
         queues=_cli_worker.parse_queues(queue_specs, concurrency), concurrency=concurrency,
         burst=burst, shutdown_timeout=shutdown_timeout, lease_ttl=lease_ttl,
-        heartbeat_interval=heartbeat_interval, leader_ttl=leader_ttl, log_level=log_level.upper(),
+        heartbeat_interval=heartbeat_interval, leader_ttl=leader_ttl,
+        completed_retention=completed_retention, discarded_retention=discarded_retention,
+        log_level=log_level.upper(),
         log_format=log_format,
     )
     config = _cli_worker.build_config(opts)

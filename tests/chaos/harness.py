@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -231,11 +231,15 @@ def enqueue(url: str, specs: Sequence[JobSpec], batch: int = 2000) -> list[int]:
     try:
         ids: list[int] = []
         for start in range(0, len(specs), batch):
-            chunk = [dataclasses.replace(s, task=_rebind(app, s)) for s in specs[start:start + batch]]
-            ids += [j.id for j in app.enqueue_many(chunk)]
+            ids += [j.id for j in app.enqueue_many(rebind(app, specs[start:start + batch]))]
         return ids
     finally:
         app.close()
+
+
+def rebind(app: Conveyor, specs: Sequence[JobSpec]) -> list[JobSpec]:
+    """The specs with their tasks registered on (and bound to) ``app``."""
+    return [dataclasses.replace(s, task=_rebind(app, s)) for s in specs]
 
 
 def _rebind(app: Conveyor, spec: JobSpec) -> Any:
@@ -352,6 +356,7 @@ def check(
     enqueued: Iterable[int],
     observer: Observer | None = None,
     expect: Callable[[Job], str | None] | None = None,
+    rows: Mapping[int, Job] | None = None,
 ) -> Outcome:
     """Check every invariant of the delivery promise after a scenario.
 
@@ -364,9 +369,12 @@ def check(
     5. duplicates only where a lease was lost: every run of an attempt other than the
        last is explained by its own recorded failure, a give-back, or a rescue (a
        "lease expired" entry for that attempt); runs of rescued attempts are counted.
+
+    ``rows`` replaces the table read at the end (the soak passes the last snapshot of
+    jobs the pruner has deleted since, merged with the table).
     """
     out = Outcome()
-    rows = jobs(url)
+    rows = jobs(url) if rows is None else rows
     wanted = list(enqueued)
     out.jobs = len(wanted)
     out.states = dict(collections.Counter(rows[i].state.value for i in wanted if i in rows))

@@ -10,7 +10,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 
-from .._hooks import Hooks
+from .._hooks import Hooks, StateChange
 from .._job import JobState
 from .._storage import Storage
 from .._storage._protocol import (
@@ -19,6 +19,7 @@ from .._storage._protocol import (
     JobLease,
     JobRescueExpiredParams,
     JobStageDueParams,
+    StagedJob,
     NodeUpsertParams,
 )
 from ._executor import Execution
@@ -108,14 +109,21 @@ class Stager(Service):
 
     name = "stager"
 
-    def __init__(self, storage: Storage, interval: float) -> None:
+    def __init__(self, storage: Storage, interval: float, hooks: Hooks | None = None) -> None:
         self._storage = storage
         self.interval = interval
+        self._hooks = hooks
         self._due: list[float] = []
         self._timer: asyncio.TimerHandle | None = None
 
-    async def run_once(self) -> list[str]:
-        return await self._storage.job_stage_due(JobStageDueParams())
+    async def run_once(self) -> list[StagedJob]:
+        staged = await self._storage.job_stage_due(JobStageDueParams())
+        if staged and self._hooks is not None and self._hooks.listeners:
+            self._hooks.emit(
+                StateChange(j.id, j.task, j.queue, j.attempt, JobState.AVAILABLE, j.previous,
+                            "stager") for j in staged
+            )
+        return staged
 
     def stage_in(self, delay: float) -> None:
         """A job of ours becomes due in ``delay`` seconds (it waited for a rate or a

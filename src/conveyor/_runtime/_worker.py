@@ -57,7 +57,7 @@ class Worker:
                                    config.heartbeat_interval, config.lease_ttl, list(app.tasks))
         self.rescuer = Rescuer(storage, min(config.rescue_interval, config.lease_ttl / 2),
                                config.node_ttl, app.hooks)
-        self.stager = Stager(storage, config.stage_interval)
+        self.stager = Stager(storage, config.stage_interval, app.hooks)
         self.leader = LeaderElector(storage, self.node_id, config.leader_ttl)
         self.cron = CronScheduler(app, storage, self.leader, config.cron_interval)
         self.pruner = Pruner(storage, self.leader, config.prune_interval,

@@ -34,7 +34,7 @@ from ._fast import loads as fast_loads
 from ._postgres_dashboard import PostgresDashboardMixin
 from ._postgres_flow import PostgresFlowMixin
 from ._queries import load_migrations, load_queries
-from ._rows import fill_duplicates, job_from_row, match_inserted, sort_for_claim
+from ._rows import STAGED_STATES, fill_duplicates, job_from_row, match_inserted, sort_for_claim
 from ._wake import WakeHub
 
 log = logging.getLogger("conveyor.postgres")
@@ -436,9 +436,13 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         values = {"limit": params.limit, "error": params.error_json, "node_ttl": params.node_ttl}
         return [r["id"] for r in await self._fetch("job_rescue_expired", values)]
 
-    async def job_stage_due(self, params: p.JobStageDueParams) -> list[str]:
-        rows = await self._fetch("job_stage_due", {"limit": params.limit})
-        return sorted({r["queue"] for r in rows})
+    async def job_stage_due(self, params: p.JobStageDueParams) -> list[p.StagedJob]:
+        staged = []
+        for previous in STAGED_STATES:
+            values = {"limit": params.limit, "from_state": previous.value}
+            for r in await self._fetch("job_stage_due", values):
+                staged.append(p.StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
+        return staged
 
     async def _one(self, name: str, values: Mapping[str, Any]) -> Job | None:
         rows = await self._fetch(name, values)

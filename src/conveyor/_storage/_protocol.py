@@ -158,6 +158,17 @@ class JobStageDueParams:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StagedJob:
+    """A job the stager made available, and the state it left."""
+
+    id: int
+    task: str
+    queue: str
+    attempt: int
+    previous: JobState
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class JobGetParams:
     id: int
 
@@ -248,8 +259,8 @@ class Storage(Protocol):
 
     async def job_rescue_expired(self, params: JobRescueExpiredParams) -> list[int]: ...
 
-    async def job_stage_due(self, params: JobStageDueParams) -> list[str]:
-        """Make due scheduled/retryable jobs available; return the queues touched."""
+    async def job_stage_due(self, params: JobStageDueParams) -> list[StagedJob]:
+        """Make due scheduled and retryable jobs available (at most ``limit`` of each)."""
 
     async def job_get(self, params: JobGetParams) -> Job | None: ...
 

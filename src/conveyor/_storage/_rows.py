@@ -12,6 +12,10 @@ from .._job import Job, JobState
 from ._protocol import JobInsert
 
 
+#: The states the stager moves to available, one query each.
+STAGED_STATES = (JobState.SCHEDULED, JobState.RETRYABLE)
+
+
 def _ts(value: Any) -> datetime | None:
     if value is None:
         return None

@@ -36,6 +36,7 @@ from ._protocol import (
     JobRescueExpiredParams,
     JobRetryParams,
     JobStageDueParams,
+    StagedJob,
     MigrateParams,
     Migration,
     NodeDeleteParams,
@@ -43,7 +44,7 @@ from ._protocol import (
     WakeCallback,
 )
 from ._queries import load_migrations, load_queries
-from ._rows import job_from_row, sort_for_claim
+from ._rows import STAGED_STATES, job_from_row, sort_for_claim
 from ._sqlite_dashboard import SQLiteDashboardMixin
 from ._sqlite_flow import SQLiteFlowMixin
 from ._wake import WakeHub
@@ -403,15 +404,19 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
             self._hub.notify("*")
         return ids
 
-    async def job_stage_due(self, params: JobStageDueParams) -> list[str]:
-        def run(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(self._q["job_stage_due"], {"limit": params.limit}).fetchall()
-            return sorted({r["queue"] for r in rows})
+    async def job_stage_due(self, params: JobStageDueParams) -> list[StagedJob]:
+        def run(conn: sqlite3.Connection) -> list[StagedJob]:
+            staged = []
+            for previous in STAGED_STATES:
+                values = {"limit": params.limit, "from_state": previous.value}
+                for r in conn.execute(self._q["job_stage_due"], values).fetchall():
+                    staged.append(StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
+            return staged
 
-        queues = await self._call(lambda c: self._write(c, run))
-        for queue_name in queues:
+        staged = await self._call(lambda c: self._write(c, run))
+        for queue_name in {j.queue for j in staged}:
             self._hub.notify(queue_name)
-        return queues
+        return staged
 
     async def _one(self, name: str, values: dict[str, Any], write: bool) -> Job | None:
         def run(conn: sqlite3.Connection) -> Job | None:

@@ -134,24 +134,24 @@ WITH rescued AS (
 SELECT rescued.id, rescued.queue FROM rescued CROSS JOIN woken;
 
 -- name: job_stage_due
+-- One previous state per call (scheduled, then retryable), so each row's transition is known.
 WITH staged AS (
     UPDATE conveyor_jobs AS j
     SET state = 'available'
     FROM (
         SELECT id FROM conveyor_jobs
-        WHERE state IN ('scheduled', 'retryable') AND scheduled_at <= now()
+        WHERE state = %(from_state)s AND scheduled_at <= now()
         ORDER BY scheduled_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS d
     WHERE j.id = d.id
-    RETURNING j.queue
-), queues AS (
-    SELECT DISTINCT queue FROM staged
+    RETURNING j.id, j.task, j.queue, j.attempt
 ), woken AS (
-    SELECT count(pg_notify(%(channel)s, queue)) AS n FROM queues
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM staged) AS q
 )
-SELECT queues.queue FROM queues CROSS JOIN woken;
+SELECT staged.* FROM staged CROSS JOIN woken;
 
 -- name: job_get
 SELECT * FROM conveyor_jobs WHERE id = %(id)s::bigint;

@@ -92,16 +92,17 @@ WHERE id IN (
 RETURNING id, queue;
 
 -- name: job_stage_due
+-- One previous state per call (scheduled, then retryable), so each row's transition is known.
 UPDATE conveyor_jobs
 SET state = 'available'
 WHERE id IN (
     SELECT id FROM conveyor_jobs
-    WHERE state IN ('scheduled', 'retryable')
+    WHERE state = :from_state
       AND scheduled_at <= (julianday('now') - 2440587.5) * 86400.0
     ORDER BY scheduled_at
     LIMIT :limit
 )
-RETURNING queue;
+RETURNING id, task, queue, attempt;
 
 -- name: job_get
 SELECT * FROM conveyor_jobs WHERE id = :id;

@@ -27,9 +27,9 @@ from conveyor._storage._protocol import (
     JobRescueExpiredParams,
     JobRetryParams,
     JobStageDueParams,
-    StagedJob,
     NodeDeleteParams,
     NodeUpsertParams,
+    StagedJob,
 )
 from conveyor._storage._queries import load_migrations, load_queries
 

@@ -19,8 +19,8 @@ from .._storage._protocol import (
     JobLease,
     JobRescueExpiredParams,
     JobStageDueParams,
-    StagedJob,
     NodeUpsertParams,
+    StagedJob,
 )
 from ._executor import Execution
 from ._service import Service

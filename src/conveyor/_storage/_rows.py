@@ -11,7 +11,6 @@ from typing import Any
 from .._job import Job, JobState
 from ._protocol import JobInsert
 
-
 #: The states the stager moves to available, one query each.
 STAGED_STATES = (JobState.SCHEDULED, JobState.RETRYABLE)
 

@@ -36,11 +36,11 @@ from ._protocol import (
     JobRescueExpiredParams,
     JobRetryParams,
     JobStageDueParams,
-    StagedJob,
     MigrateParams,
     Migration,
     NodeDeleteParams,
     NodeUpsertParams,
+    StagedJob,
     WakeCallback,
 )
 from ._queries import load_migrations, load_queries

@@ -168,6 +168,15 @@ def render(results: list[dict[str, Any]]) -> str:
               "* **PostgreSQL connections**: heartbeats and acks use a small reserved pool "
               "(`PostgresConfig.reserved_size`, 2 connections, opened on demand), so handlers "
               "that hold every connection of the main pool cannot starve a lease.",
+              "* **Cron across a leader takeover** (scenario 10): a killed leader is replaced "
+              "within its `leader_ttl`; the new leader enqueues every tick due since the last "
+              "stored one (a gap shorter than the 30 s misfire grace is not a misfire), and "
+              "the unique key per tick refuses a second copy, so no tick is missed or doubled.",
+              "* **Retention under churn** (scenario 14): only the leader prunes, every "
+              "`prune_interval` (60 s) from its own start, so after a takeover the table can "
+              "hold up to about two intervals of finished jobs beyond the retention. "
+              "`conveyor worker --completed-retention/--discarded-retention` set the "
+              "retention from the command line.",
               ""]
     return "\n".join(lines)
 
@@ -220,6 +229,7 @@ def soak_section(rows: list[dict[str, Any]]) -> list[str]:
     for r in sorted(rows, key=lambda r: r["backend"]):
         x = r["extra"]
         sentinel = x.get("rss_sentinel_mb") or [None, None, None]
+        cancelled = sum(n for k, n in x["mix"].items() if k.startswith("cancel"))
         mib = 1024 * 1024
         out += [f"### {r['backend']}: {x['seconds_of_load'] / 60:g} minutes", "",
                 f"* **Load**: {r['jobs']} jobs at {x['rate']:g}/s "
@@ -231,7 +241,8 @@ def soak_section(rows: list[dict[str, Any]]) -> list[str]:
                 f"{r['leases_lost']}; the queue drained {x['drain_seconds']:g} s after the load "
                 "stopped.",
                 f"* **Throughput**, jobs completed per {x['window_seconds']:g} s window "
-                f"(enqueued: {_span(x['enqueued_per_window'])}): "
+                f"(enqueued: {_span(x['enqueued_per_window'])}, of which "
+                f"{100 * cancelled / max(r['jobs'], 1):.0f} % meant to be cancelled): "
                 f"{', '.join(map(str, x['completed_per_window']))}.",
                 f"* **Memory (RSS)**, sampled every few seconds: the sentinel was "
                 f"{sentinel[0]} MB after a {x['warmup_seconds']:g} s warm-up and peaked at "
@@ -245,9 +256,27 @@ def soak_section(rows: list[dict[str, Any]]) -> list[str]:
                 f"pruned during the run; backlog (not final) at most {x['backlog_max']} rows; "
                 f"{x['bytes_kind']} {x['bytes_steady_first'] / mib:.1f} MB once pruning was "
                 f"steady, at most {x['bytes_steady_max'] / mib:.1f} MB, "
-                f"{x['bytes_final'] / mib:.1f} MB at the end.",
+                f"{x['bytes_final'] / mib:.1f} MB at the end.{_vacuum(r)}",
                 ""]
     return out
+
+
+def _vacuum(r: dict[str, Any]) -> str:
+    """What reclaimed the dead tuples of a PostgreSQL soak, and what that means for size."""
+    x = r["extra"]
+    if r["backend"] != "postgres":
+        return ""
+    vacuum = x.get("vacuum")
+    tuples = x.get("live_dead_tuples_end")
+    dead = f" At the end: {tuples[0]} live and {tuples[1]} dead tuples." if tuples else ""
+    if vacuum is None:
+        return (" Vacuum: not recorded by this run, which predates the check; the server it "
+                "ran on has `autovacuum = off`, so nothing reclaimed the space of pruned rows "
+                "and the relation grew with the jobs processed while the row count stayed "
+                "bounded (see the run with VACUUM).")
+    if vacuum == "autovacuum":
+        return f" Vacuum: the server's autovacuum.{dead}"
+    return f" Vacuum: {vacuum}.{dead}"
 
 
 def _span(values: list[int]) -> str:

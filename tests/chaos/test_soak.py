@@ -44,6 +44,7 @@ from .harness import (
     Result,
     all_final,
     check,
+    execute,
     jobs,
     now,
     query,
@@ -72,6 +73,10 @@ WARMUP = min(120.0, max(SECONDS / 5, 30.0))
 #: Bound on the sentinel's RSS growth after the warm-up.
 RSS_BOUND_MB = 30.0
 WINDOW = 60.0 if SECONDS >= 300 else 15.0
+#: On a PostgreSQL server running with ``autovacuum = off`` (this machine's test server),
+#: the soak runs ``VACUUM conveyor_jobs`` this often itself, standing in for autovacuum
+#: (``CONVEYOR_SOAK_VACUUM=0`` turns that off, to watch the dead tuples pile up).
+VACUUM_EVERY = 60.0
 #: Rows the table may hold: what arrives during the retention plus two prune intervals
 #: (a new leader's pruner may be a whole interval out of phase), a leader takeover and
 #: a margin.
@@ -266,6 +271,22 @@ def table_sample(url: str, t: float) -> TableSample:
     return TableSample(t, rows, backlog, size)
 
 
+def autovacuum(url: str) -> bool | None:
+    """Whether the PostgreSQL server autovacuums (None on SQLite)."""
+    if url.startswith("sqlite:///"):
+        return None
+    return str(query(url, "SHOW autovacuum")[0][0]) == "on"
+
+
+def dead_tuples(url: str) -> tuple[int, int] | None:
+    """(live, dead) tuples of the jobs table, per the statistics collector."""
+    if url.startswith("sqlite:///"):
+        return None
+    rows = query(url, "SELECT n_live_tup, n_dead_tup FROM pg_stat_user_tables"
+                      " WHERE relname = 'conveyor_jobs'")
+    return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+
 def leader_pid(app: Conveyor) -> int | None:
     row = app.get_leader()
     if row is None:
@@ -302,6 +323,9 @@ def test_soak(db_url: str, chaos_dir: Path, started: float,
     kills = leader_kills = 0
     load = Load(db_url, request.node.nodeid)
     ctl = Conveyor(db_url)
+    auto = autovacuum(db_url)
+    vacuum_self = auto is False and os.environ.get("CONVEYOR_SOAK_VACUUM", "1") != "0"
+    vacuums = 0
     try:
         with Cluster(db_url, chaos_dir) as cluster, SoakObserver(db_url, RETENTION) as observer:
             t0 = now()
@@ -313,6 +337,7 @@ def test_soak(db_url: str, chaos_dir: Path, started: float,
             load.start()
             next_kill = r.uniform(*KILL_EVERY)
             next_rss = next_table = 0.0
+            next_vacuum = VACUUM_EVERY
             while (t := now() - t0) < SECONDS:
                 assert load.is_alive(), f"the load stopped: {load.error!r}"
                 assert sentinel.poll() is None, cluster.output(sentinel)[-3000:]
@@ -324,6 +349,10 @@ def test_soak(db_url: str, chaos_dir: Path, started: float,
                 if t >= next_table:
                     tables.append(table_sample(db_url, t))
                     next_table += TABLE_EVERY
+                if vacuum_self and t >= next_vacuum:
+                    execute(db_url, "VACUUM conveyor_jobs")
+                    vacuums += 1
+                    next_vacuum += VACUUM_EVERY
                 if t >= next_kill:
                     victims = [p for p in cluster.alive() if p is not sentinel]
                     victim = r.choice(victims)
@@ -340,6 +369,7 @@ def test_soak(db_url: str, chaos_dir: Path, started: float,
             cluster.wait(lambda: all_final(db_url), 180, "the queue to drain after the load")
             drained = now() - t0 - load_end
             tables.append(table_sample(db_url, now() - t0))
+        tuples = dead_tuples(db_url)
         rows = {**observer.snapshot, **jobs(db_url)}
     finally:
         load.stop.set()
@@ -385,6 +415,11 @@ def test_soak(db_url: str, chaos_dir: Path, started: float,
                       "pg_total_relation_size",
         "bytes_steady_first": sizes[0], "bytes_steady_max": max(sizes),
         "bytes_final": tables[-1].bytes,
+        "vacuum": (None if auto is None else "autovacuum" if auto else
+                   f"autovacuum off on this server; the soak ran VACUUM every {VACUUM_EVERY:g} s "
+                   f"({vacuums} times)" if vacuum_self else
+                   "autovacuum off on this server and no VACUUM"),
+        "live_dead_tuples_end": tuples,
         "table_samples": [(round(s.t), s.rows, s.backlog, s.bytes) for s in tables],
         "rss_samples_sentinel": [(round(t), kb) for t, kb in rss[sentinel.pid]],
     }
@@ -393,7 +428,8 @@ def test_soak(db_url: str, chaos_dir: Path, started: float,
         14, "soak: mixed load with periodic kill -9", backend_of(db_url), len(load.ids),
         f"{kills} x SIGKILL every {KILL_EVERY[0]:g}-{KILL_EVERY[1]:g} s ({leader_kills} of "
         f"the leader) over {minutes:g} min of {RATE:g} jobs/s (async, sync, retries, "
-        f"snoozes, cancels); retention {RETENTION:g} s",
+        f"snoozes, cancels); retention {RETENTION:g} s"
+        + (f"; VACUUM every {VACUUM_EVERY:g} s" if vacuum_self else ""),
         request.node.nodeid, outcome, extra=extra,
         notes="one sentinel worker is never killed so that its memory covers the whole "
               "run; pruned jobs are checked from the observer's last snapshot of them")

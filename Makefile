@@ -7,7 +7,7 @@
 #   make lint      ruff + mypy --strict
 #   make demo      run `conveyor demo`
 #   make bench     the full benchmark suite (about an hour): bench/results/*.json and summary.md
-#   make chaos     the fault-injection suite in its long mode (about 15 min); regenerates
+#   make chaos     the fault-injection suite in its long mode, soaks included (about 35 min); regenerates
 #                  docs/reliability.md from tests/chaos/results/*.json
 #   make clean     delete .venv, caches and build output
 #

@@ -51,6 +51,10 @@ class Producer:
         self._fetch_limit = fetch_limit
         self._start = start
         self._admit = admit
+        #: Outcomes of this worker still waiting for their write (set by the worker).
+        #: Claims pause above max(limit, fetch_limit) of them: a slow database must not
+        #: let claimed jobs pile up while their acks queue (leases would run out).
+        self.unacked: Callable[[], int] = lambda: 0
         self._wake = asyncio.Event()
         self._poll = storage.capabilities.poll_interval
         self._hold_until = 0.0
@@ -77,7 +81,8 @@ class Producer:
 
     async def run_once(self) -> int:
         """Claim up to the free capacity and start each job; returns how many."""
-        demand = min(self.limit - self.running, self._fetch_limit)
+        demand = min(self.limit - self.running, self._fetch_limit,
+                     max(self.limit, self._fetch_limit) - self.unacked())
         if self.paused or demand <= 0:
             self.idle, self.saturated = self.running == 0, False
             return 0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .._config import WorkerConfig
 from .._context import JobContext
-from .._job import Job
+from .._job import Job, JobState
 from .._storage import Storage
 from .._storage._protocol import JobAck, NodeDeleteParams
 from ._acker import Acker
@@ -52,6 +52,8 @@ class Worker:
                             config.fetch_limit, self._start, self.gates.admit)
             for queue, limit in config.queues.items()
         }
+        for producer in self.producers.values():
+            producer.unacked = self._unacked
         self.heartbeat = Heartbeat(storage, self.node_id, config.queues,
                                    lambda: list(self._executions.values()),
                                    config.heartbeat_interval, config.lease_ttl, list(app.tasks))
@@ -90,6 +92,8 @@ class Worker:
             self._executions.pop(ex.job.id, None)
         else:
             self.acker.push(ack)
+            if ack.delay is not None and ack.state is not JobState.AVAILABLE:
+                self.stager.stage_in(ack.delay)  # a short backoff or snooze: not at the next pass
 
     def _defer(self, ack: JobAck) -> None:
         """A claimed job waits for a limit: give it back, and stage it when due."""
@@ -105,6 +109,12 @@ class Worker:
             elif ex is not None:
                 self.metrics.finished(ex, ack)
         self.completed += len(applied)
+        for producer in self.producers.values():  # a claim may have waited for this flush
+            producer.wake()
+
+    def _unacked(self) -> int:
+        """Attempts that ended and wait for their outcome to be written."""
+        return len(self._executions) - sum(p.running for p in self.producers.values())
 
     # -- lifecycle ---------------------------------------------------------------------------
 

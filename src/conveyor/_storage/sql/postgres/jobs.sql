@@ -83,7 +83,9 @@ WITH acked AS (
                 %(delay)s::float8[], %(result)s::text[], %(error)s::text[],
                 %(attempt_delta)s::integer[])
          AS a(id, lease_token, state, delay, result, error, attempt_delta)
-    WHERE j.id = a.id AND j.lease_token = a.lease_token AND j.state = 'running'
+    -- lease_token is non-null only while running (CHECK); testing state too would let the
+    -- planner join through the state index on stale estimates (see job_ack_completed)
+    WHERE j.id = a.id AND j.lease_token = a.lease_token
     RETURNING j.id, j.queue, j.state
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n
@@ -95,7 +97,8 @@ SELECT acked.id, acked.queue, acked.state FROM acked CROSS JOIN woken;
 UPDATE conveyor_jobs AS j
 SET lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
 FROM unnest(%(id)s::bigint[], %(lease_token)s::bigint[]) AS l(id, lease_token)
-WHERE j.id = l.id AND j.lease_token = l.lease_token AND j.state = 'running'
+-- lease_token is non-null only while running (CHECK): joined through the primary key
+WHERE j.id = l.id AND j.lease_token = l.lease_token
 RETURNING j.id, j.cancel_requested;
 
 -- name: job_rescue_expired

@@ -82,7 +82,8 @@ def test_leader_election_has_one_holder_and_terms(app: Conveyor) -> None:
         assert a is not None and a.node_id == "a" and a.term == 1
         b = await s.leader_elect(LeaderElectParams("b", ttl=0.2))
         assert b is not None and b.node_id == "a"  # a still holds it
-        renewed = await s.leader_elect(LeaderElectParams("a", ttl=0.2))
+        # a longer ttl: the renewal must move the expiry even within one clock tick
+        renewed = await s.leader_elect(LeaderElectParams("a", ttl=0.3))
         assert renewed is not None and renewed.term == 1 and renewed.expires_at > a.expires_at
         deadline = asyncio.get_running_loop().time() + 5
         while (took := await s.leader_elect(LeaderElectParams("b", ttl=30))) and took.node_id != "b":

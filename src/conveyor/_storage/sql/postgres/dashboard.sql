@@ -58,19 +58,27 @@ SELECT count(*) AS n FROM (
 
 -- name: job_count_by_queue
 -- Exact counts of the waiting and running states, the queues' depth.
-SELECT queue, state, count(*) AS n FROM conveyor_jobs
-WHERE state IN ('scheduled', 'available', 'running', 'retryable')
+-- One index per part: available rows in the fetch index, running rows in the lease
+-- index, the rest in the cold state index (whose WHERE term is repeated for SQLite).
+SELECT queue, 'available' AS state, count(*) AS n FROM conveyor_jobs
+WHERE state = 'available' GROUP BY queue
+UNION ALL
+SELECT queue, 'running', count(*) FROM conveyor_jobs
+WHERE state = 'running' GROUP BY queue
+UNION ALL
+SELECT queue, state, count(*) FROM conveyor_jobs
+WHERE state IN ('scheduled', 'retryable') AND state NOT IN ('available', 'running')
 GROUP BY queue, state;
 
 -- name: job_count_final_capped
 SELECT 'completed' AS state, count(*) AS n
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'completed' LIMIT %(cap)s) AS c
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'completed' AND state NOT IN ('available', 'running') LIMIT %(cap)s) AS c
 UNION ALL
 SELECT 'cancelled', count(*)
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'cancelled' LIMIT %(cap)s) AS c
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'cancelled' AND state NOT IN ('available', 'running') LIMIT %(cap)s) AS c
 UNION ALL
 SELECT 'discarded', count(*)
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'discarded' LIMIT %(cap)s) AS c;
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'discarded' AND state NOT IN ('available', 'running') LIMIT %(cap)s) AS c;
 
 -- name: job_failure_groups
 SELECT f.task, f.error,
@@ -82,7 +90,7 @@ FROM (
     SELECT j.id, j.task, j.state, j.finished_at, j.attempted_at, j.scheduled_at,
            left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200) AS error
     FROM conveyor_jobs AS j
-    WHERE j.state IN ('retryable', 'discarded')
+    WHERE j.state IN ('retryable', 'discarded') AND j.state NOT IN ('available', 'running')
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
     ORDER BY j.id DESC

@@ -55,19 +55,27 @@ SELECT count(*) AS n FROM (
 
 -- name: job_count_by_queue
 -- Exact counts of the waiting and running states, the queues' depth.
-SELECT queue, state, count(*) AS n FROM conveyor_jobs
-WHERE state IN ('scheduled', 'available', 'running', 'retryable')
+-- One index per part: available rows in the fetch index, running rows in the lease
+-- index, the rest in the cold state index (whose WHERE term is repeated for SQLite).
+SELECT queue, 'available' AS state, count(*) AS n FROM conveyor_jobs
+WHERE state = 'available' GROUP BY queue
+UNION ALL
+SELECT queue, 'running', count(*) FROM conveyor_jobs
+WHERE state = 'running' GROUP BY queue
+UNION ALL
+SELECT queue, state, count(*) FROM conveyor_jobs
+WHERE state IN ('scheduled', 'retryable') AND state NOT IN ('available', 'running')
 GROUP BY queue, state;
 
 -- name: job_count_final_capped
 SELECT 'completed' AS state, count(*) AS n
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'completed' LIMIT :cap)
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'completed' AND state NOT IN ('available', 'running') LIMIT :cap)
 UNION ALL
 SELECT 'cancelled', count(*)
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'cancelled' LIMIT :cap)
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'cancelled' AND state NOT IN ('available', 'running') LIMIT :cap)
 UNION ALL
 SELECT 'discarded', count(*)
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'discarded' LIMIT :cap);
+FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'discarded' AND state NOT IN ('available', 'running') LIMIT :cap);
 
 -- name: job_failure_groups
 SELECT f.task, f.error,
@@ -81,7 +89,7 @@ FROM (
                              CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
                                   THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) AS error
     FROM conveyor_jobs AS j
-    WHERE j.state IN ('retryable', 'discarded')
+    WHERE j.state IN ('retryable', 'discarded') AND j.state NOT IN ('available', 'running')
       AND (:queue IS NULL OR j.queue = :queue)
       AND (:task IS NULL OR j.task = :task)
     ORDER BY j.id DESC

@@ -26,13 +26,23 @@ SELECT queue, task, metric, value FROM conveyor_metrics_totals ORDER BY queue, t
 -- name: metrics_depth_sample
 -- One sample per minute is kept; a later sample of the same minute replaces it.
 INSERT INTO conveyor_metrics_depth (bucket, queue, state, n)
+WITH per_queue AS (
+    SELECT queue, 'available' AS state, count(*) AS n FROM conveyor_jobs
+    WHERE state = 'available' GROUP BY queue
+    UNION ALL
+    SELECT queue, 'running', count(*) FROM conveyor_jobs
+    WHERE state = 'running' GROUP BY queue
+    UNION ALL
+    SELECT queue, state, count(*) FROM conveyor_jobs
+    WHERE state IN ('scheduled', 'retryable') AND state NOT IN ('available', 'running')
+    GROUP BY queue, state
+)
 SELECT :bucket, c.queue, c.state, c.n
 FROM (
-    SELECT queue, state, count(*) AS n FROM conveyor_jobs
-    WHERE state IN ('scheduled', 'available', 'running', 'retryable')
-    GROUP BY queue, state
+    SELECT q.queue, q.state, q.n FROM per_queue AS q
     UNION ALL
-    SELECT '*', s.state, (SELECT count(*) FROM conveyor_jobs AS j WHERE j.state = s.state)
+    SELECT '*', s.state, coalesce((SELECT sum(q.n) FROM per_queue AS q
+                                   WHERE q.state = s.state), 0)
     FROM (SELECT 'scheduled' AS state UNION ALL SELECT 'available'
           UNION ALL SELECT 'running' UNION ALL SELECT 'retryable') AS s
 ) AS c

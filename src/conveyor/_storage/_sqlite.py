@@ -108,6 +108,7 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._data_version = 0
+        self._callers = _sqlite_fast.CallerConnections(self._connect)
         self._capabilities = Capabilities(
             dialect="sqlite",
             listen_notify=False,
@@ -200,6 +201,11 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
     def _write(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in one IMMEDIATE transaction, retrying while another process holds
         the write lock past the busy timeout, so "database is locked" never escapes."""
+        with self._callers.write_lock:
+            return self._write_locked(conn, fn)
+
+    def _write_locked(self, conn: sqlite3.Connection,
+                      fn: Callable[[sqlite3.Connection], T]) -> T:
         deadline = time.monotonic() + self._config.busy_timeout * 4
         delay = 0.01
         while True:
@@ -228,6 +234,7 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
         """The embedded database migrates itself: there is no operator to ask."""
         if self._thread is not None:
             return
+        self._callers = _sqlite_fast.CallerConnections(self._connect)
         self._conn = await asyncio.to_thread(self._connect)
         self._thread = threading.Thread(target=self._serve, name="conveyor-sqlite", daemon=True)
         self._thread.start()
@@ -236,6 +243,7 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
 
     async def close(self) -> None:
         thread, self._thread = self._thread, None
+        self._callers.close()
         if thread is not None:
             self._inbox.put(_STOP)
             await asyncio.to_thread(thread.join)
@@ -310,8 +318,8 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
     def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
         if self._thread is None or threading.current_thread() is self._thread:
             raise DatabaseUnavailableError("storage is not open")
-        jobs = _sqlite_fast.call_blocking(
-            self._inbox, lambda c: self._write(c, lambda c2: self._insert_rows(c2, params)))
+        jobs = self._callers.run(
+            lambda c: self._write(c, lambda c2: self._insert_rows(c2, params)))
         for queue_name in {j.queue for j in jobs}:
             self._hub.notify(queue_name)
         return jobs

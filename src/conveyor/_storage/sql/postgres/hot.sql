@@ -12,10 +12,10 @@ WITH inserted AS (
            b.tags::jsonb, b.meta::jsonb,
            CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
            b.concurrency_key
-    FROM unnest(%(task)s::text[], %(queue)s::text[], %(args)s::text[], %(kwargs)s::text[],
-                %(priority)s::smallint[], %(max_attempts)s::integer[], %(tags)s::text[],
-                %(meta)s::text[], %(delay)s::float8[], %(run_at)s::timestamptz[],
-                %(concurrency_key)s::text[])
+    FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(kwargs)b::text[],
+                %(priority)b::smallint[], %(max_attempts)b::integer[], %(tags)b::text[],
+                %(meta)b::text[], %(delay)b::float8[], %(run_at)b::timestamptz[],
+                %(concurrency_key)b::text[])
          WITH ORDINALITY
          AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at,
               concurrency_key, ord)
@@ -42,7 +42,7 @@ SET state = 'completed',
     lease_owner = NULL,
     lease_token = NULL,
     lease_expires_at = NULL
-FROM unnest(%(id)s::bigint[], %(lease_token)s::bigint[], %(result)s::text[])
+FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(result)b::text[])
      AS a(id, lease_token, result)
 -- No "j.state = 'running'": the CHECK constraint makes a non-null lease_token mean
 -- running, and that predicate lets the planner join through the state index, whose

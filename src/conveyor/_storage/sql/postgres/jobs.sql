@@ -15,10 +15,10 @@ WITH inserted AS (
            b.tags::jsonb, b.meta::jsonb,
            CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
            b.unique_key, b.unique_states, b.concurrency_key
-    FROM unnest(%(task)s::text[], %(queue)s::text[], %(args)s::text[], %(kwargs)s::text[],
-                %(priority)s::smallint[], %(max_attempts)s::integer[], %(tags)s::text[],
-                %(meta)s::text[], %(delay)s::float8[], %(run_at)s::timestamptz[],
-                %(unique_key)s::text[], %(unique_states)s::text[], %(concurrency_key)s::text[])
+    FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(kwargs)b::text[],
+                %(priority)b::smallint[], %(max_attempts)b::integer[], %(tags)b::text[],
+                %(meta)b::text[], %(delay)b::float8[], %(run_at)b::timestamptz[],
+                %(unique_key)b::text[], %(unique_states)b::text[], %(concurrency_key)b::text[])
          WITH ORDINALITY
          AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at,
               unique_key, unique_states, concurrency_key, ord)
@@ -38,7 +38,7 @@ ORDER BY inserted.id;
 
 -- name: job_get_unique
 SELECT * FROM conveyor_jobs
-WHERE unique_key = ANY(%(unique_keys)s::text[])
+WHERE unique_key = ANY(%(unique_keys)b::text[])
   AND strpos(unique_states, ',' || state || ',') > 0;
 
 -- name: job_fetch_available
@@ -79,9 +79,9 @@ WITH acked AS (
         lease_owner = NULL,
         lease_token = NULL,
         lease_expires_at = NULL
-    FROM unnest(%(id)s::bigint[], %(lease_token)s::bigint[], %(state)s::text[],
-                %(delay)s::float8[], %(result)s::text[], %(error)s::text[],
-                %(attempt_delta)s::integer[])
+    FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(state)b::text[],
+                %(delay)b::float8[], %(result)b::text[], %(error)b::text[],
+                %(attempt_delta)b::integer[])
          AS a(id, lease_token, state, delay, result, error, attempt_delta)
     -- lease_token is non-null only while running (CHECK); testing state too would let the
     -- planner join through the state index on stale estimates (see job_ack_completed)
@@ -96,7 +96,7 @@ SELECT acked.id, acked.queue, acked.state FROM acked CROSS JOIN woken;
 -- name: job_heartbeat
 UPDATE conveyor_jobs AS j
 SET lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
-FROM unnest(%(id)s::bigint[], %(lease_token)s::bigint[]) AS l(id, lease_token)
+FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[]) AS l(id, lease_token)
 -- lease_token is non-null only while running (CHECK): joined through the primary key
 WHERE j.id = l.id AND j.lease_token = l.lease_token
 RETURNING j.id, j.cancel_requested;

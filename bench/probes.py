@@ -27,7 +27,7 @@ from conveyor._storage._queries import load_queries
 
 from . import _env
 from .__main__ import DEFAULT_OUT, default_pg_url
-from ._targets import Target
+from ._targets import BACKLOG_SQL, Target
 
 _INSERT = ("INSERT INTO conveyor_jobs (task, queue, args, kwargs, priority, max_attempts, tags,"
            " meta, state, scheduled_at, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
@@ -42,7 +42,7 @@ def _cpu_per_row(fn: Callable[[], int]) -> float:
     return round((time.process_time() - began) * 1e6 / rows, 2)
 
 
-def _sqlite_once(drop: str | None, rows: int) -> dict[str, float]:
+def _sqlite_once(drop: str | None, rows: int, backlog: int = 0) -> dict[str, float]:
     q = load_queries("sqlite")
     with tempfile.TemporaryDirectory() as tmp:
         target = Target.sqlite(Path(tmp))
@@ -52,6 +52,9 @@ def _sqlite_once(drop: str | None, rows: int) -> dict[str, float]:
         conn.execute("PRAGMA synchronous=NORMAL")
         if drop:
             conn.execute(f"DROP INDEX {drop}")
+        if backlog:
+            conn.execute(BACKLOG_SQL["sqlite"], {"count": backlog})
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         now = time.time()
         data = [("noop", "default", f"[{i}]", "{}", 0, 20, "[]", "{}", "available", now, now)
                 for i in range(rows)]

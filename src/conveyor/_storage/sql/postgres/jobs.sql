@@ -143,7 +143,9 @@ WITH staged AS (
     SET state = 'available'
     FROM (
         SELECT id FROM conveyor_jobs
-        WHERE state = %(from_state)s AND scheduled_at <= now()
+        -- the stage index's own predicate, so that the plan can always use it
+        WHERE state IN ('scheduled', 'retryable') AND state = %(from_state)s
+          AND scheduled_at <= now()
         ORDER BY scheduled_at
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED

@@ -97,7 +97,9 @@ UPDATE conveyor_jobs
 SET state = 'available'
 WHERE id IN (
     SELECT id FROM conveyor_jobs
-    WHERE state = :from_state
+    -- the stage index's own predicate: SQLite uses a partial index only when the query
+    -- repeats it (else this scans the whole table, backlog included)
+    WHERE state IN ('scheduled', 'retryable') AND state = :from_state
       AND scheduled_at <= (julianday('now') - 2440587.5) * 86400.0
     ORDER BY scheduled_at
     LIMIT :limit

@@ -71,8 +71,9 @@ def test_postgres_hot_statements_use_an_index(postgres_db_url: str) -> None:
         for name in HOT:
             sql = queries[name]
             params = list(dict.fromkeys(re.findall(r"%\(([a-z_]+)\)", sql)))
-            numbered = re.sub(r"%\(([a-z_]+)\)[sb]",
-                              lambda m, names=params: f"${names.index(m[1]) + 1}", sql)
+            numbered = sql
+            for i, key in enumerate(params, 1):
+                numbered = re.sub(rf"%\({key}\)[sb]", f"${i}", numbered)
             conn.execute(f"PREPARE probe_{name} AS {numbered}")
             nulls = ", ".join(["NULL"] * len(params))
             plan = [row[0] for row in conn.execute(

@@ -8,14 +8,17 @@ Example: ``python -m bench --backends sqlite --cases w3 --repeat 3``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shlex
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from conveyor import Conveyor
 
@@ -85,12 +88,43 @@ def plan(quick: bool, steady_seconds: float) -> list[Case]:
 
 
 def default_pg_url() -> str:
-    url = os.environ.get("CONVEYOR_BENCH_POSTGRES_URL")
-    if url:
-        return url
+    """The machine's own server (``--pg-url local``)."""
     if os.path.exists("/var/run/postgresql/.s.PGSQL.5432"):
         return "postgresql://postgres@/conveyor_bench?host=/var/run/postgresql"
     return "postgresql://postgres@127.0.0.1:5432/conveyor_bench"
+
+
+@contextlib.contextmanager
+def postgres_url(choice: str | None) -> Iterator[str]:
+    """The database the suite runs on. An explicit URL (``--pg-url`` or
+    ``$CONVEYOR_BENCH_POSTGRES_URL``) is used as it is; ``local`` is the machine's own
+    server; by default a private cluster with PostgreSQL's default settings is started
+    (initdb, on the same disk) and removed afterwards, because the targets are stated
+    for a default server and a shared one may be tuned otherwise (this machine's has
+    autovacuum off, which no queue table survives for long)."""
+    choice = choice or os.environ.get("CONVEYOR_BENCH_POSTGRES_URL") or ""
+    if choice and choice != "local":
+        yield choice
+        return
+    from tests._pg import PostgresUnavailable, ThrowawayCluster, find_pg_bindir
+
+    bindir = find_pg_bindir()
+    if choice == "local" or bindir is None:
+        yield default_pg_url()
+        return
+    cluster = ThrowawayCluster(bindir, settings="")
+    try:
+        admin = cluster.start()
+    except PostgresUnavailable as exc:
+        print(f"no private PostgreSQL cluster ({exc}); using the local server", flush=True)
+        yield default_pg_url()
+        return
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE conveyor_bench")
+        yield admin.rsplit("/", 1)[0] + "/conveyor_bench"
+    finally:
+        cluster.stop()
 
 
 def derive_memory(out_dir: Path, backend: str, env: dict[str, Any]) -> None:
@@ -112,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="sqlite,postgres")
-    parser.add_argument("--pg-url", default=default_pg_url(),
-                        help="a database whose name contains 'bench' or 'test'; it is emptied")
+    parser.add_argument("--pg-url", default=None,
+                        help="a database whose name contains 'bench' or 'test' (it is "
+                             "emptied), or 'local' for this machine's server; default: a "
+                             "private cluster with default settings")
     parser.add_argument("--cases", default="", help="comma-separated case id prefixes")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="tiny sizes: checks, not figures")
@@ -134,11 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     cases = [c for c in plan(args.quick, args.steady_seconds)
              if not wanted or any(c.id.startswith(p) for p in wanted)]
     for backend in [b for b in args.backends.split(",") if b]:
-        target = (Target.sqlite(args.workdir) if backend == "sqlite"
-                  else Target.postgres(args.pg_url, args.workdir))
-        run_backend(target, cases, args)
-        target.close()
-        derive_memory(args.out, backend, environment(target, {}))
+        with contextlib.ExitStack() as stack:
+            target = (Target.sqlite(args.workdir) if backend == "sqlite" else Target.postgres(
+                stack.enter_context(postgres_url(args.pg_url)), args.workdir))
+            run_backend(target, cases, args)
+            target.close()
+            derive_memory(args.out, backend, environment(target, {}))
     (args.out / "summary.md").write_text(_report.summary(_report.load(args.out)))
     print(f"wrote {args.out / 'summary.md'}")
     return 0

@@ -26,7 +26,7 @@ import psycopg
 from conveyor._storage._queries import load_queries
 
 from . import _env
-from .__main__ import DEFAULT_OUT, default_pg_url
+from .__main__ import DEFAULT_OUT, postgres_url
 from ._targets import BACKLOG_SQL, Target
 
 _INSERT = ("INSERT INTO conveyor_jobs (task, queue, args, kwargs, priority, max_attempts, tags,"
@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     if "sqlite" in backends:
         doc["sqlite_cpu_us_per_row"] = sqlite_probe(30_000, 3)
     if "postgres" in backends:
-        doc["postgres"] = postgres_probe(default_pg_url())
+        with postgres_url(None) as url:
+            doc["postgres"] = postgres_probe(url)
     DEFAULT_OUT.mkdir(parents=True, exist_ok=True)
     (DEFAULT_OUT / "probes.json").write_text(json.dumps(doc, indent=2))
     print(json.dumps(doc, indent=2))

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .__main__ import DEFAULT_OUT, default_pg_url
+from .__main__ import DEFAULT_OUT, postgres_url
 from ._targets import Target
 
 #: (bucket, a substring of a frame): the first frame of a stack, leaf upwards, that
@@ -127,11 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backends", default="sqlite,postgres")
-    parser.add_argument("--pg-url", default=default_pg_url())
+    parser.add_argument("--pg-url", default=None,
+                        help="as for python -m bench (default: a private default cluster)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT / "profiles")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="conveyor-profile-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="conveyor-profile-") as tmp, \
+            postgres_url(args.pg_url) as pg_url:
+        args.pg_url = pg_url
         for backend in [b for b in args.backends.split(",") if b]:
             raw = Path(tmp) / f"{backend}.txt"
             bench = [sys.executable, "-m", "bench", "--backends", backend, "--cases",

@@ -178,8 +178,12 @@ class ThrowawayCluster:
     cluster.stop()
     """
 
-    def __init__(self, bindir: Path) -> None:
+    #: Settings for a test server: durability off, tests do not need it.
+    FAST = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+
+    def __init__(self, bindir: Path, settings: str = FAST) -> None:
         self.bindir = bindir
+        self.settings = settings
         self.tmpdir: Path | None = None
         self.port: int | None = None
         self._started = False
@@ -263,8 +267,8 @@ class ThrowawayCluster:
         for _ in range(3):  # another process may grab the free port between probe and bind
             self.port = _free_port()
             options = (
-                f"-p {self.port} -k {self.tmpdir} -c listen_addresses={LOCAL_HOST}"
-                " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+                f"-p {self.port} -k {self.tmpdir} -c listen_addresses={LOCAL_HOST} "
+                + self.settings
             )
             try:
                 self._run(

@@ -1,8 +1,10 @@
 """The embedded backend: one SQLite file in WAL mode, driven by one dedicated thread.
 
 Every call is one hop to that thread and one transaction there, so a batch of jobs
-costs one hop, never one per job. Write transactions start with BEGIN IMMEDIATE so
-that concurrent processes wait on the busy timeout instead of failing half-way.
+costs one hop, never one per job. The sync API's inserts are the exception: they run
+on a connection of the calling thread (no hop at all), and every in-process writer
+takes one lock around its transaction. Write transactions start with BEGIN IMMEDIATE
+so that concurrent processes wait on the busy timeout instead of failing half-way.
 """
 
 from __future__ import annotations

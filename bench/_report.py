@@ -58,7 +58,8 @@ def load(out_dir: Path) -> dict[tuple[str, str], dict[str, Any]]:
     docs = {}
     for path in sorted(out_dir.glob("*.json")):
         doc = json.loads(path.read_text())
-        docs[(doc["case"], doc["backend"])] = doc
+        if "case" in doc:  # probes.json sits beside the cases
+            docs[(doc["case"], doc["backend"])] = doc
     return docs
 
 

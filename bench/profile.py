@@ -30,8 +30,8 @@ from ._targets import Target
 BUCKETS: list[tuple[str, str]] = [
     ("idle: waiting for work (select / queue get)", "SQLiteStorage._serve ("),
     ("idle: waiting for work (select / queue get)", "concurrent/futures/thread.py"),
-    ("database: SQLite statements (storage thread)", "_sqlite_fast.py"),
-    ("database: SQLite statements (storage thread)", "SQLiteStorage._write"),
+    ("database: SQLite statements", "_sqlite_fast.py"),
+    ("database: SQLite statements", "SQLiteStorage._write"),
     ("database: waiting on PostgreSQL / socket I/O", "psycopg/connection"),
     ("database: waiting on PostgreSQL / socket I/O", "psycopg/generators"),
     ("driver: psycopg encode/decode", "psycopg/"),
@@ -76,8 +76,8 @@ app.close()
 
 
 def fold(raw: Path, process: str) -> tuple[int, collections.Counter[str], collections.Counter[str]]:
-    """Samples of the processes whose command line contains ``process``: (total, buckets,
-    leaf frames)."""
+    """Samples of the processes whose command line contains ``process`` (all samples for
+    ""): (total, buckets, leaf frames)."""
     buckets: collections.Counter[str] = collections.Counter()
     leaves: collections.Counter[str] = collections.Counter()
     total = 0
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 printed = record([sys.executable, str(script), url, mode], raw)
                 text = report(f"{backend}: {title}",
                               f"py-spy record -- python enqueue.py URL {mode} "
-                              "(ENQUEUE_SCRIPT in bench/profile.py)", raw, "enqueue.py",
+                              "(ENQUEUE_SCRIPT in bench/profile.py)", raw, "",
                               "\n".join(ln for ln in printed.splitlines() if "jobs/s" in ln))
                 (args.out / f"{backend}_{case}.txt").write_text(text)
             print(f"wrote {args.out}/{backend}_*.txt", flush=True)

@@ -45,6 +45,14 @@ SELECT 'backlog', CASE WHEN i %% 3 = 2 THEN 'bench-other' ELSE 'bench' END, '[0]
 FROM generate_series(1, %(count)s) AS i""",
 }
 
+#: A backlog builds up over hours, not in the second before the run: let the database
+#: settle as it would have by then (the WAL checkpointed on SQLite; on PostgreSQL the
+#: vacuum that autovacuum would have run: hint bits, visibility map and statistics).
+SETTLE_SQL = {
+    "sqlite": ("PRAGMA wal_checkpoint(TRUNCATE)", "ANALYZE"),
+    "postgres": ("VACUUM ANALYZE conveyor_jobs",),
+}
+
 OUTCOMES_SQL = {
     "sqlite": "SELECT state, attempt, count(*) FROM conveyor_jobs"
               " WHERE queue = :queue AND task = :task GROUP BY state, attempt",
@@ -145,13 +153,8 @@ class Target:
     def add_backlog(self, count: int) -> None:
         """Workload 6: ``count`` rows that a worker of queue 'bench' must never claim."""
         self.query(BACKLOG_SQL[self.backend], {"count": count})
-        # A backlog builds up over hours, not in the second before the run: let the
-        # database settle as it would have by then (the WAL checkpointed on SQLite; on
-        # PostgreSQL the vacuum that autovacuum would have run, hint bits and statistics).
-        self.query("PRAGMA wal_checkpoint(TRUNCATE)" if self.backend == "sqlite"
-                   else "VACUUM ANALYZE conveyor_jobs")
-        if self.backend == "sqlite":
-            self.query("ANALYZE")
+        for statement in SETTLE_SQL[self.backend]:
+            self.query(statement)
 
     def outcomes(self, queue: str, task: str) -> dict[str, int]:
         """``{"completed/1": n, ...}``: jobs of ``task`` in ``queue`` per state and attempt."""

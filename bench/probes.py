@@ -27,7 +27,7 @@ from conveyor._storage._queries import load_queries
 
 from . import _env
 from .__main__ import DEFAULT_OUT, postgres_url
-from ._targets import BACKLOG_SQL, Target
+from ._targets import Target
 
 _INSERT = ("INSERT INTO conveyor_jobs (task, queue, args, kwargs, priority, max_attempts, tags,"
            " meta, state, scheduled_at, created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)")
@@ -53,8 +53,7 @@ def _sqlite_once(drop: str | None, rows: int, backlog: int = 0) -> dict[str, flo
         if drop:
             conn.execute(f"DROP INDEX {drop}")
         if backlog:
-            conn.execute(BACKLOG_SQL["sqlite"], {"count": backlog})
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            target.add_backlog(backlog)
         now = time.time()
         data = [("noop", "default", f"[{i}]", "{}", 0, 20, "[]", "{}", "available", now, now)
                 for i in range(rows)]

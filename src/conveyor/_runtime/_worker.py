@@ -46,7 +46,7 @@ class Worker:
         self._tasks: set[asyncio.Task[None]] = set()
         self.executor = Executor(app, config.sync_threads or min(sum(config.queues.values()), 256))
         self.acker = Acker(storage, self._on_flushed)
-        self.gates = Gates(app, storage, self._defer)
+        self.gates = Gates(app, storage, self._push)
         self.producers = {
             queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,
                             config.fetch_limit, self._start, self.gates.admit)
@@ -91,14 +91,13 @@ class Worker:
         if ack is None:
             self._executions.pop(ex.job.id, None)
         else:
-            self.acker.push(ack)
-            if ack.delay is not None and ack.state is not JobState.AVAILABLE:
-                self.stager.stage_in(ack.delay)  # a short backoff or snooze: not at the next pass
+            self._push(ack)
 
-    def _defer(self, ack: JobAck) -> None:
-        """A claimed job waits for a limit: give it back, and stage it when due."""
+    def _push(self, ack: JobAck) -> None:
+        """Queue an outcome for its write; one that returns later (a backoff, a snooze, a
+        job waiting for a limit) is staged when due, not at the stager's next pass."""
         self.acker.push(ack)
-        if ack.delay is not None:
+        if ack.delay is not None and ack.state is not JobState.AVAILABLE:
             self.stager.stage_in(ack.delay)
 
     def _on_flushed(self, acks: list[JobAck], applied: set[int]) -> None:

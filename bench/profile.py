@@ -32,6 +32,7 @@ BUCKETS: list[tuple[str, str]] = [
     ("idle: waiting for work (select / queue get)", "concurrent/futures/thread.py"),
     ("database: SQLite statements", "_sqlite_fast.py"),
     ("database: SQLite statements", "SQLiteStorage._write"),
+    ("database: SQLite statements", "SQLiteStorage._begin_immediate"),
     ("database: waiting on PostgreSQL / socket I/O", "psycopg/connection"),
     ("database: waiting on PostgreSQL / socket I/O", "psycopg/generators"),
     ("driver: psycopg encode/decode", "psycopg/"),

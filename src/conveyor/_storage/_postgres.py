@@ -31,6 +31,7 @@ from .._job import Job
 from . import _postgres_fast
 from . import _protocol as p
 from ._fast import loads as fast_loads
+from ._freelist import FreeList
 from ._postgres_dashboard import PostgresDashboardMixin
 from ._postgres_flow import PostgresFlowMixin
 from ._queries import load_migrations, load_queries
@@ -130,8 +131,12 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         self._q = load_queries("postgres")
         self._pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
         self._reserved: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
-        self._blocking = _postgres_fast.BlockingPool(
-            config.url, {**self._connect_kwargs(), "prepare_threshold": 1}, config.max_size)
+        blocking_kwargs = {**self._connect_kwargs(), "prepare_threshold": 1}
+        self._blocking: FreeList[psycopg.Connection[Any]] = FreeList(
+            lambda: psycopg.connect(config.url, **blocking_kwargs),
+            lambda conn: conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE,
+            config.max_size,
+            lambda: psycopg.OperationalError("no free connection for the sync enqueue"))
         self._lock = threading.Lock()
         self._listeners = 0
         self._listener: asyncio.Task[None] | None = None

@@ -9,9 +9,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC
 from typing import Any
 
@@ -73,48 +71,3 @@ def insert_plain_sync(conn: psycopg.Connection[Any], sql: str, values: Mapping[s
     rows = conn.execute(sql, values).fetchall()
     return jobs_from_inserts(jobs, [r[0] for r in rows], [r[1] for r in rows],
                              [r[2] for r in rows], [r[3] for r in rows])
-
-
-class BlockingPool:
-    """Synchronous connections for the sync API's enqueue, opened on first use: a sync
-    caller then talks to PostgreSQL from its own thread, not through the portal's loop
-    (two thread hops fewer per call, and callers on many threads run in parallel).
-
-    A plain free list, not psycopg_pool: its checkout costs more CPU than the insert.
-    At most ``max_size`` connections; one that failed is closed, not reused.
-    """
-
-    def __init__(self, url: str, kwargs: Mapping[str, Any], max_size: int) -> None:
-        self._url, self._kwargs = url, dict(kwargs)
-        self._free: list[psycopg.Connection[Any]] = []
-        self._slots = threading.BoundedSemaphore(max_size)
-        self._closed = False
-
-    @contextlib.contextmanager
-    def connection(self, timeout: float) -> Iterator[psycopg.Connection[Any]]:
-        if not self._slots.acquire(timeout=timeout):
-            raise psycopg.OperationalError("no free connection for the sync enqueue")
-        conn = None
-        try:
-            try:
-                conn = self._free.pop()
-            except IndexError:
-                conn = psycopg.connect(self._url, **self._kwargs)
-            yield conn
-        except BaseException:
-            if conn is not None:
-                conn.close()
-            raise
-        else:
-            idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-            if self._closed or not idle:
-                conn.close()
-            else:
-                self._free.append(conn)
-        finally:
-            self._slots.release()
-
-    def close(self) -> None:
-        self._closed = True
-        while self._free:
-            self._free.pop().close()

@@ -22,6 +22,7 @@ from .._errors import DatabaseUnavailableError, SchemaError, unique_held
 from .._job import Job
 from . import _sqlite_fast
 from ._fast import jobs_from_rows
+from ._freelist import FreeList
 from ._protocol import (
     Capabilities,
     JobAck,
@@ -53,6 +54,8 @@ from ._wake import WakeHub
 
 T = TypeVar("T")
 _STOP = object()
+#: Sync enqueues writing at once from different threads (more wait for a free one).
+_CALLER_CONNECTIONS = 32
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -110,7 +113,12 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
         self._thread: threading.Thread | None = None
         self._conn: sqlite3.Connection | None = None
         self._data_version = 0
-        self._callers = _sqlite_fast.CallerConnections(self._connect)
+        #: The sync API's own connections; in-process writers queue on ``_write_lock``
+        #: instead of meeting SQLITE_BUSY and its millisecond sleeps.
+        self._callers: FreeList[sqlite3.Connection] = FreeList(
+            self._connect, lambda conn: not conn.in_transaction, _CALLER_CONNECTIONS,
+            lambda: DatabaseUnavailableError("no free SQLite connection for the sync enqueue"))
+        self._write_lock = threading.Lock()
         self._capabilities = Capabilities(
             dialect="sqlite",
             listen_notify=False,
@@ -203,24 +211,8 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
     def _write(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn`` in one IMMEDIATE transaction, retrying while another process holds
         the write lock past the busy timeout, so "database is locked" never escapes."""
-        with self._callers.write_lock:
-            return self._write_locked(conn, fn)
-
-    def _write_locked(self, conn: sqlite3.Connection,
-                      fn: Callable[[sqlite3.Connection], T]) -> T:
-        deadline = time.monotonic() + self._config.busy_timeout * 4
-        delay = 0.01
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                if time.monotonic() > deadline:
-                    raise DatabaseUnavailableError(f"SQLite write lock unavailable: {exc}") from exc
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-                continue
+        with self._write_lock:
+            self._begin_immediate(conn)
             try:
                 result = fn(conn)
                 conn.execute("COMMIT")
@@ -230,13 +222,27 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
                 raise
             return result
 
+    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
+        deadline = time.monotonic() + self._config.busy_timeout * 4
+        delay = 0.01
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise DatabaseUnavailableError(f"SQLite write lock unavailable: {exc}") from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+
     # -- lifecycle --------------------------------------------------------------------
 
     async def open(self, *, check_schema: bool = True) -> None:
         """The embedded database migrates itself: there is no operator to ask."""
         if self._thread is not None:
             return
-        self._callers = _sqlite_fast.CallerConnections(self._connect)
         self._conn = await asyncio.to_thread(self._connect)
         self._thread = threading.Thread(target=self._serve, name="conveyor-sqlite", daemon=True)
         self._thread.start()
@@ -320,8 +326,8 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
     def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
         if self._thread is None or threading.current_thread() is self._thread:
             raise DatabaseUnavailableError("storage is not open")
-        jobs = self._callers.run(
-            lambda c: self._write(c, lambda c2: self._insert_rows(c2, params)))
+        with self._callers.connection(self._config.busy_timeout) as conn:
+            jobs = self._write(conn, lambda c: self._insert_rows(c, params))
         for queue_name in {j.queue for j in jobs}:
             self._hub.notify(queue_name)
         return jobs

@@ -15,7 +15,6 @@ All of them run on the storage thread inside the caller's write transaction.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -74,45 +73,3 @@ def ack_many(conn: sqlite3.Connection, sql_completed: str, acks: Sequence[JobAck
     applied = set(exact(rest)) if rest else set()
     applied.update(a.id for a in fast)
     return [a.id for a in acks if a.id in applied]
-
-
-class CallerConnections:
-    """Connections on which the sync API writes from the caller's own thread.
-
-    A handoff to the storage thread and back costs two thread switches, more than the
-    insert itself; a caller with its own connection pays neither. In-process writers
-    take ``write_lock`` around each transaction (the storage thread too), so they queue
-    on a lock instead of meeting SQLITE_BUSY and its millisecond sleeps.
-    """
-
-    def __init__(self, connect: Callable[[], sqlite3.Connection], keep: int = 8) -> None:
-        self._connect = connect
-        self._keep = keep
-        self._idle: list[sqlite3.Connection] = []
-        self._guard = threading.Lock()
-        self._closed = False
-        self.write_lock = threading.Lock()
-
-    def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` on an idle connection (opened on first need)."""
-        with self._guard:
-            if self._closed:
-                raise sqlite3.ProgrammingError("storage is closed")
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._connect()
-        try:
-            return fn(conn)
-        finally:
-            with self._guard:
-                keep = not self._closed and len(self._idle) < self._keep
-                if keep:
-                    self._idle.append(conn)
-            if not keep:
-                conn.close()
-
-    def close(self) -> None:
-        with self._guard:
-            self._closed, idle, self._idle = True, self._idle, []
-        for conn in idle:
-            conn.close()

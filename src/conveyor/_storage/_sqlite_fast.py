@@ -1,6 +1,7 @@
 """SQLite hot paths: one ``executemany`` per batch instead of one statement per job.
 
-All of them run on the storage thread inside the caller's write transaction.
+All of them run inside the caller's write transaction: on the storage thread, or on
+the connection of a sync caller's own thread.
 
 * Plain inserts (no unique key in the batch) go in with one ``executemany`` and no
   RETURNING. Their ids are contiguous: the table is ``AUTOINCREMENT``, so each new

@@ -55,17 +55,7 @@ SELECT count(*) AS n FROM (
 
 -- name: job_count_by_queue
 -- Exact counts of the waiting and running states, the queues' depth.
--- One index per part: available rows in the fetch index, running rows in the lease
--- index, the rest in the cold state index (whose WHERE term is repeated for SQLite).
-SELECT queue, 'available' AS state, count(*) AS n FROM conveyor_jobs
-WHERE state = 'available' GROUP BY queue
-UNION ALL
-SELECT queue, 'running', count(*) FROM conveyor_jobs
-WHERE state = 'running' GROUP BY queue
-UNION ALL
-SELECT queue, state, count(*) FROM conveyor_jobs
-WHERE state IN ('scheduled', 'retryable') AND state NOT IN ('available', 'running')
-GROUP BY queue, state;
+SELECT queue, state, n FROM conveyor_queue_depth;
 
 -- name: job_count_final_capped
 SELECT 'completed' AS state, count(*) AS n

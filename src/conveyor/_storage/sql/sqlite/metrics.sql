@@ -26,17 +26,7 @@ SELECT queue, task, metric, value FROM conveyor_metrics_totals ORDER BY queue, t
 -- name: metrics_depth_sample
 -- One sample per minute is kept; a later sample of the same minute replaces it.
 INSERT INTO conveyor_metrics_depth (bucket, queue, state, n)
-WITH per_queue AS (
-    SELECT queue, 'available' AS state, count(*) AS n FROM conveyor_jobs
-    WHERE state = 'available' GROUP BY queue
-    UNION ALL
-    SELECT queue, 'running', count(*) FROM conveyor_jobs
-    WHERE state = 'running' GROUP BY queue
-    UNION ALL
-    SELECT queue, state, count(*) FROM conveyor_jobs
-    WHERE state IN ('scheduled', 'retryable') AND state NOT IN ('available', 'running')
-    GROUP BY queue, state
-)
+WITH per_queue AS (SELECT queue, state, n FROM conveyor_queue_depth)
 SELECT :bucket, c.queue, c.state, c.n
 FROM (
     SELECT q.queue, q.state, q.n FROM per_queue AS q

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 
 import conveyor
+from conveyor._storage import WakeHub
 from conveyor._storage._sqlite import SQLiteConfig, SQLiteStorage
-from conveyor._storage._wake import WakeHub
 
 #: Pragmas Conveyor's SQLite connection runs with, as read back from a live one.
 SQLITE_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys",

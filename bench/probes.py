@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from conveyor._storage._queries import load_queries
+from conveyor._storage import load_queries
 
 from . import _env
 from .__main__ import DEFAULT_OUT, postgres_url

@@ -26,7 +26,7 @@ from click.testing import CliRunner, Result
 from conveyor import Conveyor, JobState, WorkerConfig
 from conveyor._cli_worker import JsonFormatter, TextFormatter, parse_queues
 from conveyor._demo import prepare_sqlite
-from conveyor._storage._queries import load_migrations
+from conveyor._storage import load_migrations
 from conveyor.cli import EXIT_CODES, cli
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,15 +12,18 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, Job, JobState
-from conveyor._storage import Storage
-from conveyor._storage._fast import loads, make_ack, make_insert, make_job
-from conveyor._storage._protocol import (
+from conveyor._storage import (
     JobAck,
     JobAckManyParams,
     JobFetchAvailableParams,
     JobGetParams,
     JobInsert,
     JobInsertManyParams,
+    Storage,
+    loads,
+    make_ack,
+    make_insert,
+    make_job,
 )
 
 

@@ -31,7 +31,7 @@ import pytest
 from conveyor import Job, JobState
 from conveyor._cli_worker import retarget
 from conveyor._cron import ticks_to_run
-from conveyor._storage._flow_types import LeaderRow
+from conveyor._storage import LeaderRow
 
 from .apps import flow as flow_app
 from .apps.flow import Flow

@@ -16,8 +16,7 @@ from psycopg import sql
 
 from conveyor._errors import DatabaseUnavailableError, SchemaError
 from conveyor._job import JobState
-from conveyor._storage._postgres import PostgresConfig, PostgresStorage
-from conveyor._storage._protocol import (
+from conveyor._storage import (
     JobAck,
     JobAckManyParams,
     JobCancelParams,
@@ -36,9 +35,10 @@ from conveyor._storage._protocol import (
     NodeDeleteParams,
     NodeUpsertParams,
     Storage,
+    WakeHub,
+    load_migrations,
 )
-from conveyor._storage._queries import load_migrations
-from conveyor._storage._wake import WakeHub
+from conveyor._storage._postgres import PostgresConfig, PostgresStorage
 
 ALL_VERSIONS = [m.version for m in load_migrations("postgres")]
 

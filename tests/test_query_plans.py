@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from conveyor._storage._queries import load_queries
+from conveyor._storage import load_queries
 
 #: Statements that read every row on purpose, with the reason.
 WHOLE_TABLE = {

@@ -11,8 +11,7 @@ from typing import TypeVar
 
 import conveyor
 from conveyor import Conveyor, JobState
-from conveyor._storage import Storage
-from conveyor._storage._protocol import (
+from conveyor._storage import (
     JobAck,
     JobAckManyParams,
     JobCancelParams,
@@ -30,8 +29,10 @@ from conveyor._storage._protocol import (
     NodeDeleteParams,
     NodeUpsertParams,
     StagedJob,
+    Storage,
+    load_migrations,
+    load_queries,
 )
-from conveyor._storage._queries import load_migrations, load_queries
 
 T = TypeVar("T")
 

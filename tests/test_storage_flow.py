@@ -7,16 +7,21 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from conveyor import Conveyor, JobState
-from conveyor._storage import Storage
-from conveyor._storage._flow_types import (
+from conveyor._storage import (
     ConcurrencyAcquireParams,
     ConcurrencyGroup,
     ConcurrencyHoldersParams,
+    JobAck,
+    JobAckManyParams,
     JobCountAheadParams,
+    JobInsert,
+    JobInsertManyParams,
+    JobListParams,
     JobPruneParams,
     LeaderElectParams,
     LeaderResignParams,
     NodeListParams,
+    NodeUpsertParams,
     QueueUpdateParams,
     RateLimitAcquireParams,
     RateRequest,
@@ -24,14 +29,7 @@ from conveyor._storage._flow_types import (
     ScheduleDeleteParams,
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
-)
-from conveyor._storage._protocol import (
-    JobAck,
-    JobAckManyParams,
-    JobInsert,
-    JobInsertManyParams,
-    JobListParams,
-    NodeUpsertParams,
+    Storage,
 )
 
 from .test_storage_contract import fetch, ins, run

@@ -27,8 +27,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from conveyor import Job, JobState
-from conveyor._storage import Storage, WakeHub, create_storage
-from conveyor._storage._protocol import (
+from conveyor._storage import (
     JobAck,
     JobAckManyParams,
     JobCancelParams,
@@ -41,6 +40,9 @@ from conveyor._storage._protocol import (
     JobRescueExpiredParams,
     JobRetryParams,
     JobStageDueParams,
+    Storage,
+    WakeHub,
+    create_storage,
 )
 
 from .chaos.harness import LONG, Outcome, Result, execute, pick, record

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from conveyor import Cancel, Conveyor, Discard, JobState, Snooze, current_job
-from conveyor._storage._protocol import JobInsert, JobInsertManyParams
+from conveyor._storage import JobInsert, JobInsertManyParams
 
 from ._runtime_util import FAST, all_final, in_state, run_worker_until
 
@@ -350,7 +350,7 @@ def test_a_handlers_own_timeout_error_is_an_ordinary_failure(app: Conveyor) -> N
 
 def test_rescued_and_staged_jobs_are_reported_to_state_change_listeners(app: Conveyor) -> None:
     from conveyor._runtime._services import Rescuer, Stager
-    from conveyor._storage._protocol import JobFetchAvailableParams
+    from conveyor._storage import JobFetchAvailableParams
 
     seen: list[Any] = []
     app.on_state_change(seen.append)
@@ -385,7 +385,7 @@ def test_rescued_and_staged_jobs_are_reported_to_state_change_listeners(app: Con
 
 def test_an_outcome_the_database_refuses_does_not_wedge_the_acker(app: Conveyor) -> None:
     from conveyor._runtime._acker import Acker
-    from conveyor._storage._protocol import JobAck, JobFetchAvailableParams
+    from conveyor._storage import JobAck, JobFetchAvailableParams
 
     @app.task
     async def work(i: int) -> None: ...

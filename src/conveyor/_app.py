@@ -16,8 +16,7 @@ from ._hooks import Hooks, Observable
 from ._job import Job, JobState
 from ._limits import KeyFunc, RateLimit, Unique
 from ._portal import Portal
-from ._storage import Storage, WakeHub, create_storage
-from ._storage._protocol import (
+from ._storage import (
     JobCancelParams,
     JobCountByStateParams,
     JobGetParams,
@@ -26,6 +25,9 @@ from ._storage._protocol import (
     JobRetryParams,
     MigrateParams,
     Migration,
+    Storage,
+    WakeHub,
+    create_storage,
 )
 from ._task import Backoff, JobSpec, Task, TaskDecorator, TaskOptions
 

@@ -18,8 +18,9 @@ from ._errors import ConveyorError
 from ._explain import Explanation, explain
 from ._job import Job
 from ._limits import parse_rate
-from ._storage import Storage
-from ._storage._flow_types import (
+from ._storage import (
+    JobCountByStateParams,
+    JobInsertManyParams,
     LeaderGetParams,
     LeaderRow,
     NodeListParams,
@@ -29,8 +30,8 @@ from ._storage._flow_types import (
     ScheduleRow,
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
+    Storage,
 )
-from ._storage._protocol import JobCountByStateParams, JobInsertManyParams
 
 if TYPE_CHECKING:
     from ._task import Task

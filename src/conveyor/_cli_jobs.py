@@ -22,8 +22,7 @@ from rich.text import Text
 from ._app import Conveyor
 from ._errors import DatabaseUnavailableError
 from ._job import Job, JobState
-from ._storage._protocol import Migration
-from ._storage._queries import load_migrations
+from ._storage import Migration, load_migrations
 
 STATES = [s.value for s in JobState]
 

@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Any
 from ._errors import JobNotFoundError
 from ._job import Job, JobState
 from ._limits import RateLimit
-from ._storage import Storage
-from ._storage._flow_types import (
+from ._storage import (
     ConcurrencyHoldersParams,
     JobCountAheadParams,
+    JobGetParams,
     NodeListParams,
     QueueRow,
     RateLimitGetParams,
+    Storage,
 )
-from ._storage._protocol import JobGetParams
 
 if TYPE_CHECKING:
     from ._task import Task

@@ -26,8 +26,7 @@ from typing import Any
 
 from ._context import JobContext
 from ._job import Job, JobState
-from ._storage import Storage
-from ._storage._protocol import JobGetParams, JobInsert
+from ._storage import JobGetParams, JobInsert, Storage
 
 log = logging.getLogger("conveyor.hooks")
 

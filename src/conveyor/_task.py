@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 from . import _payload
 from ._job import Job
 from ._limits import KeyFunc, RateLimit, Unique
-from ._storage._fast import make_insert
-from ._storage._protocol import JobInsert
+from ._storage import JobInsert, make_insert
 
 if TYPE_CHECKING:
     from ._app import Conveyor

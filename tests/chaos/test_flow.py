@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Job, JobState
-from conveyor._storage._flow_types import LeaderRow
+from conveyor._storage import LeaderRow
 
 from ..apps import flow as flow_app
 from ..apps.flow import Flow

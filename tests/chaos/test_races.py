@@ -16,8 +16,7 @@ from typing import cast
 import pytest
 
 from conveyor import Job, JobState
-from conveyor._storage import Storage, WakeHub, create_storage
-from conveyor._storage._protocol import (
+from conveyor._storage import (
     JobAck,
     JobAckManyParams,
     JobCancelParams,
@@ -29,6 +28,9 @@ from conveyor._storage._protocol import (
     JobLease,
     JobRescueExpiredParams,
     JobRetryParams,
+    Storage,
+    WakeHub,
+    create_storage,
 )
 
 from .harness import Outcome, Result, pick

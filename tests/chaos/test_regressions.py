@@ -19,14 +19,15 @@ from conveyor._context import JobContext
 from conveyor._payload import encode_arguments, encode_result, storable
 from conveyor._runtime._executor import Execution
 from conveyor._runtime._services import Heartbeat
-from conveyor._storage import WakeHub, create_storage
-from conveyor._storage._protocol import (
+from conveyor._storage import (
     JobFetchAvailableParams,
     JobHeartbeatManyParams,
     JobHeartbeatResult,
     JobInsert,
     JobInsertManyParams,
     JobLease,
+    WakeHub,
+    create_storage,
 )
 
 

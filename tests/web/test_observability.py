@@ -81,7 +81,7 @@ def all_final_default(app: Conveyor):
 
 
 def test_label_values_are_escaped() -> None:
-    from conveyor._storage._dashboard_types import MetricTotal
+    from conveyor._storage import MetricTotal
     from conveyor.web._series import exposition
 
     text = exposition([MetricTotal('q"1', "t\\x\n", "completed", 2)], [], ['q"1'], 0, "1")

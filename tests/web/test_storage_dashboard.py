@@ -9,27 +9,25 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from conveyor import Conveyor, JobState
-from conveyor._storage import Storage
-from conveyor._storage._dashboard_types import (
+from conveyor._storage import (
     DbHealthParams,
+    JobAck,
+    JobAckManyParams,
     JobBulkParams,
     JobCountByQueueParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
+    JobFetchAvailableParams,
     JobFilter,
+    JobInsert,
+    JobInsertManyParams,
     JobSearchParams,
     MetricRow,
     MetricsAddParams,
     MetricsDepthSampleParams,
     MetricsPruneParams,
     MetricsSeriesParams,
-)
-from conveyor._storage._protocol import (
-    JobAck,
-    JobAckManyParams,
-    JobFetchAvailableParams,
-    JobInsert,
-    JobInsertManyParams,
+    Storage,
 )
 
 T = TypeVar("T")

@@ -13,8 +13,7 @@ from collections.abc import Callable
 
 from .. import _payload
 from .._errors import DatabaseUnavailableError
-from .._storage import Storage
-from .._storage._protocol import JobAck, JobAckManyParams
+from .._storage import JobAck, JobAckManyParams, Storage
 
 log = logging.getLogger("conveyor.acker")
 

@@ -18,8 +18,7 @@ from .. import _payload
 from .._context import JobContext, reset_current, set_current
 from .._errors import Cancel, Discard, Snooze, Throttle
 from .._job import Job, JobState
-from .._storage._fast import make_ack
-from .._storage._protocol import JobAck
+from .._storage import JobAck, make_ack
 
 if TYPE_CHECKING:
     from .._app import Conveyor

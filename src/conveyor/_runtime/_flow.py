@@ -15,8 +15,9 @@ from .. import _payload
 from .._cron import ticks_to_run
 from .._job import Job, JobState
 from .._limits import RateLimit
-from .._storage import Storage
-from .._storage._flow_types import (
+from .._storage import (
+    JobInsert,
+    JobInsertManyParams,
     JobPruneParams,
     LeaderElectParams,
     LeaderResignParams,
@@ -24,8 +25,8 @@ from .._storage._flow_types import (
     QueueRow,
     ScheduleAdvanceParams,
     ScheduleRow,
+    Storage,
 )
-from .._storage._protocol import JobInsert, JobInsertManyParams
 from .._task import EnqueueOptions, JobSpec
 from ._producer import Producer
 from ._service import Service

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 from .._job import Job, JobState
 from .._limits import RateLimit
-from .._storage import Storage
-from .._storage._flow_types import (
+from .._storage import (
     ConcurrencyAcquireParams,
     ConcurrencyGroup,
+    JobAck,
     RateLimitAcquireParams,
     RateRequest,
+    Storage,
 )
-from .._storage._protocol import JobAck
 from ._producer import Producer
 
 if TYPE_CHECKING:

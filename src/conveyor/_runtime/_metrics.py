@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from .._hooks import StateChange
 from .._job import Job, JobState
-from .._storage import Storage
-from .._storage._dashboard_types import (
+from .._storage import (
+    JobAck,
     MetricRow,
     MetricsAddParams,
     MetricsDepthSampleParams,
     MetricsPruneParams,
+    Storage,
 )
-from .._storage._protocol import JobAck
 from ._service import Service
 
 if TYPE_CHECKING:

@@ -8,8 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from .._job import Job
 from .._limits import RateLimit
-from .._storage import Storage
-from .._storage._protocol import JobFetchAvailableParams
+from .._storage import JobFetchAvailableParams, Storage
 
 log = logging.getLogger("conveyor.producer")
 

@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from .._hooks import Hooks, StateChange
 from .._job import JobState
-from .._storage import Storage
-from .._storage._protocol import (
+from .._storage import (
     JobGetParams,
     JobHeartbeatManyParams,
     JobLease,
@@ -21,6 +20,7 @@ from .._storage._protocol import (
     JobStageDueParams,
     NodeUpsertParams,
     StagedJob,
+    Storage,
 )
 from ._executor import Execution
 from ._service import Service

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 from .._config import WorkerConfig
 from .._context import JobContext
 from .._job import Job, JobState
-from .._storage import Storage
-from .._storage._protocol import JobAck, NodeDeleteParams
+from .._storage import JobAck, NodeDeleteParams, Storage
 from ._acker import Acker
 from ._executor import Execution, Executor
 from ._flow import CronScheduler, LeaderElector, Pruner, QueueSettings

@@ -17,8 +17,7 @@ from .._app_flow import ScheduleNotFoundError
 from .._errors import ConveyorError
 from .._hooks import StateChange
 from .._job import Job, JobState
-from .._storage._dashboard_types import JobBulkParams, JobChanged, JobFilter
-from .._storage._protocol import JobCancelParams, JobGetParams, JobRetryParams
+from .._storage import JobBulkParams, JobCancelParams, JobChanged, JobFilter, JobGetParams, JobRetryParams
 from . import _data
 from ._base import DashboardBase, safe_path
 from ._query import JobQuery, positive_int

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import __version__
 from .._app_flow import ScheduleInfo
 from .._job import Job, JobState
-from .._storage._dashboard_types import (
+from .._storage import (
     ACTIVE_STATES,
     DISCARDABLE_FROM,
     RETRYABLE_FROM,

@@ -6,7 +6,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from .._storage._dashboard_types import JobCountCappedParams, JobSearchParams
+from .._storage import JobCountCappedParams, JobSearchParams
 from . import _data
 from ._base import DashboardBase, safe_path
 from ._charts import Line, bars, lines

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from urllib.parse import urlencode
 
 from .._job import JobState
-from .._storage._dashboard_types import JobFilter
+from .._storage import JobFilter
 
 #: ``state=failed`` in a URL: retryable and discarded together.
 FAILED = (JobState.RETRYABLE, JobState.DISCARDED)

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from .._runtime._metrics import BOUNDS, FAILED, OUTCOMES, minute_of
-from .._storage._dashboard_types import DepthPoint, MetricPoint, MetricTotal, StateCount
+from .._storage import DepthPoint, MetricPoint, MetricTotal, StateCount
 
 DEPTH_STATES = ("available", "running", "scheduled", "retryable")
 

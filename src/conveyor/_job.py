@@ -28,6 +28,15 @@ class JobState(StrEnum):
 
 
 FINAL_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.DISCARDED})
+#: States a job waits or runs in; their counts are exact, and are the queue depth.
+ACTIVE_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
+#: States the stager moves to available when due, one query each.
+STAGED_STATES = (JobState.SCHEDULED, JobState.RETRYABLE)
+#: States a retry applies to (one job or in bulk).
+RETRYABLE_FROM = (JobState.SCHEDULED, JobState.RETRYABLE, JobState.COMPLETED,
+                  JobState.CANCELLED, JobState.DISCARDED)
+#: States an operator may discard from (a running job is cancelled instead).
+DISCARDABLE_FROM = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -85,8 +85,10 @@ WHERE id IN (
     WHERE state = 'running'
       AND (lease_expires_at < (julianday('now') - 2440587.5) * 86400.0
            -- its node stopped heartbeating: rescue before a long lease runs out
+           -- (:node_ttl overrides each node's own ttl when given)
            OR lease_owner IN (SELECT id FROM conveyor_nodes WHERE heartbeat_at
-                              < (julianday('now') - 2440587.5) * 86400.0 - :node_ttl))
+                              < (julianday('now') - 2440587.5) * 86400.0
+                                - coalesce(:node_ttl, ttl)))
     LIMIT :limit
 )
 RETURNING id, queue;
@@ -144,11 +146,17 @@ WHERE (:queue IS NULL OR queue = :queue)
 GROUP BY state;
 
 -- name: node_upsert
-INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, started_at, heartbeat_at)
+INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, started_at, heartbeat_at, ttl)
 VALUES (:id, :hostname, :pid, :queues, :tasks,
-        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0)
+        (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
+        :ttl)
 ON CONFLICT (id) DO UPDATE
-SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at;
+SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at,
+    ttl = excluded.ttl;
 
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = :id;
+
+-- name: job_delete_by_queue
+-- Every job of one queue, whatever its state (the caller reads the row count).
+DELETE FROM conveyor_jobs WHERE queue = :queue;

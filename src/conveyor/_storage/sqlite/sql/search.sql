@@ -1,4 +1,4 @@
--- Dashboard queries, SQLite dialect: filtered search with keyset pages, counts that
+-- Search queries (dashboard, CLI), SQLite dialect: filtered search with keyset pages, counts that
 -- stop at a cap, failure groups, bulk actions on everything matching a filter, health.
 -- A filter's empty parts are NULL. :states is a comma-wrapped list (',a,b,'), :ids a
 -- JSON array. A failure's key is the first line of its last error, at most 200

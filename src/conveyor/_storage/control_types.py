@@ -1,5 +1,5 @@
-"""Params and rows of the flow-control part of the storage protocol: queues, nodes,
-leadership, schedules, rate and concurrency limits, retention."""
+"""Params and rows of the cluster-control methods of the storage protocol: queues,
+nodes, leadership, schedules, rate and concurrency limits, retention."""
 
 from __future__ import annotations
 
@@ -42,13 +42,32 @@ class NodeRow:
     tasks: list[str]
     started_at: datetime
     heartbeat_at: datetime
+    #: Seconds after its last heartbeat at which the node counts as gone.
+    ttl: float
     alive: bool
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeListParams:
-    #: A node is alive if it heartbeat within this many seconds.
-    live_within: float = 15.0
+    #: A node is alive if it heartbeat within this many seconds; None uses each node's
+    #: own ttl.
+    live_within: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeUpsertParams:
+    id: str
+    hostname: str
+    pid: int
+    queues_json: str
+    tasks_json: str = "[]"
+    #: The node counts as alive while its last heartbeat is younger than this.
+    ttl: float = 15.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeDeleteParams:
+    id: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -184,6 +203,7 @@ class JobPruneParams:
     completed_age: float
     discarded_age: float
     limit: int = 1000
+    #: Nodes silent for this long (and past their own ttl) are deleted.
     node_age: float = 3600.0
 
 

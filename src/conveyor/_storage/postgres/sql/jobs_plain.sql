@@ -1,4 +1,4 @@
--- Hot-path variants of job_insert and job_ack (jobs.sql): narrower statements for the
+-- Plain variants of job_insert and job_ack (jobs.sql): narrower statements for the
 -- common case. Keep them in step with jobs.sql.
 
 -- name: job_insert_plain

@@ -1,9 +1,9 @@
--- Hot-path variants of job_insert and job_ack (jobs.sql), used by _sqlite_fast.py with
+-- Plain variants of job_insert and job_ack (jobs.sql), used by sqlite/batch.py with
 -- executemany, so their parameters are positional (?). Keep them in step with jobs.sql.
 
 -- name: job_insert_plain
 -- job_insert for a batch without unique keys; state and due time are computed by the
--- caller from clock_now (flow.sql), exactly as job_insert computes them.
+-- caller from clock_now (control.sql), exactly as job_insert computes them.
 -- (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at,
 --  created_at, concurrency_key)
 INSERT INTO conveyor_jobs

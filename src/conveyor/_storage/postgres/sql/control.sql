@@ -1,4 +1,4 @@
--- Flow control, PostgreSQL dialect: queues, nodes, leadership, schedules, limits, pruning.
+-- Cluster control, PostgreSQL dialect: queues, nodes, leadership, schedules, limits, pruning.
 
 -- name: clock_now
 SELECT now() AS now;
@@ -21,7 +21,10 @@ ON CONFLICT (name) DO UPDATE SET
     updated_at = now();
 
 -- name: node_list
-SELECT *, heartbeat_at >= now() - %(live_within)s::float8 * interval '1 second' AS alive
+-- Alive while the last heartbeat is younger than the node's own ttl (live_within
+-- overrides it when given).
+SELECT *, heartbeat_at >= now() - coalesce(%(live_within)s::float8, ttl) * interval '1 second'
+       AS alive
 FROM conveyor_nodes ORDER BY id;
 
 -- name: leader_elect
@@ -117,7 +120,9 @@ WHERE id IN (
 RETURNING id;
 
 -- name: node_prune
-DELETE FROM conveyor_nodes WHERE heartbeat_at < now() - %(age)s::float8 * interval '1 second';
+-- Silent for age and past its own ttl (a node may declare a ttl longer than age).
+DELETE FROM conveyor_nodes
+WHERE heartbeat_at < now() - greatest(%(age)s::float8, ttl) * interval '1 second';
 
 -- name: rate_limit_prune
 DELETE FROM conveyor_rate_limits WHERE tat < now() - %(age)s::float8 * interval '1 second';

@@ -6,9 +6,10 @@ import logging
 import threading
 from collections.abc import Callable
 
-from ._protocol import WakeCallback
-
 log = logging.getLogger("conveyor.wake")
+
+#: Called with a queue name (or "*" for any queue) when jobs may be ready.
+WakeCallback = Callable[[str], None]
 
 
 class WakeHub:

@@ -1,4 +1,4 @@
--- Flow control, SQLite dialect: queues, nodes, leadership, schedules, limits, pruning.
+-- Cluster control, SQLite dialect: queues, nodes, leadership, schedules, limits, pruning.
 
 -- name: clock_now
 SELECT (julianday('now') - 2440587.5) * 86400.0 AS now;
@@ -19,7 +19,10 @@ ON CONFLICT (name) DO UPDATE SET
     updated_at = excluded.updated_at;
 
 -- name: node_list
-SELECT *, heartbeat_at >= (julianday('now') - 2440587.5) * 86400.0 - :live_within AS alive
+-- Alive while the last heartbeat is younger than the node's own ttl (:live_within
+-- overrides it when given).
+SELECT *, heartbeat_at >= (julianday('now') - 2440587.5) * 86400.0
+                          - coalesce(:live_within, ttl) AS alive
 FROM conveyor_nodes ORDER BY id;
 
 -- name: leader_elect
@@ -117,8 +120,9 @@ WHERE id IN (
 RETURNING id;
 
 -- name: node_prune
+-- Silent for :age and past its own ttl (a node may declare a ttl longer than :age).
 DELETE FROM conveyor_nodes
-WHERE heartbeat_at < (julianday('now') - 2440587.5) * 86400.0 - :age;
+WHERE heartbeat_at < (julianday('now') - 2440587.5) * 86400.0 - max(:age, ttl);
 
 -- name: rate_limit_prune
 DELETE FROM conveyor_rate_limits

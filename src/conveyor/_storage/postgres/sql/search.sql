@@ -1,4 +1,4 @@
--- Dashboard queries, PostgreSQL dialect: filtered search with keyset pages, counts that
+-- Search queries (dashboard, CLI), PostgreSQL dialect: filtered search with keyset pages, counts that
 -- stop at a cap, failure groups, bulk actions on everything matching a filter, health.
 -- A filter's empty parts are NULL; these queries run unprepared, so the planner sees
 -- the actual values and drops the parts that are NULL.

@@ -123,8 +123,10 @@ WITH rescued AS (
         WHERE state = 'running'
           AND (lease_expires_at < now()
                -- its node stopped heartbeating: rescue before a long lease runs out
+               -- (%(node_ttl)s overrides each node's own ttl when given)
                OR lease_owner IN (SELECT id FROM conveyor_nodes WHERE heartbeat_at
-                                  < now() - %(node_ttl)s::float8 * interval '1 second'))
+                                  < now() - coalesce(%(node_ttl)s::float8, ttl)
+                                            * interval '1 second'))
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     ) AS e
@@ -201,11 +203,17 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY state;
 
 -- name: node_upsert
-INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, started_at, heartbeat_at)
+INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, started_at, heartbeat_at, ttl)
 VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::integer, %(queues)s::jsonb, %(tasks)s::jsonb,
-        now(), now())
+        now(), now(), %(ttl)s::float8)
 ON CONFLICT (id) DO UPDATE
-SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at;
+SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at,
+    ttl = excluded.ttl;
 
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = %(id)s::text;
+
+-- name: job_delete_by_queue
+-- Every job of one queue, whatever its state; how many.
+WITH deleted AS (DELETE FROM conveyor_jobs WHERE queue = %(queue)s::text RETURNING 1)
+SELECT count(*) AS n FROM deleted;

@@ -1,4 +1,4 @@
-"""The storage protocol both backends implement.
+"""The storage protocol every backend implements (each by subclassing BaseStorage).
 
 Methods are named noun-then-verb and take one small frozen params dataclass, so a new
 field never breaks a call site and related methods sort together. Timestamps that
@@ -8,31 +8,12 @@ decide anything (due times, leases) are computed by the database clock, never he
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
-from .._job import Job, JobState
-from ._dashboard_types import (
-    DbHealth,
-    DbHealthParams,
-    DepthPoint,
-    FailureGroup,
-    JobBulkParams,
-    JobChanged,
-    JobCountByQueueParams,
-    JobCountCappedParams,
-    JobFailureGroupsParams,
-    JobSearchParams,
-    MetricPoint,
-    MetricsAddParams,
-    MetricsDepthSampleParams,
-    MetricsPruneParams,
-    MetricsSeriesParams,
-    MetricTotal,
-    StateCount,
-)
-from ._flow_types import (
+from .._job import Job
+from .control_types import (
     ConcurrencyAcquireParams,
     ConcurrencyHoldersParams,
     JobCountAheadParams,
@@ -41,8 +22,10 @@ from ._flow_types import (
     LeaderGetParams,
     LeaderResignParams,
     LeaderRow,
+    NodeDeleteParams,
     NodeListParams,
     NodeRow,
+    NodeUpsertParams,
     QueueRow,
     QueueUpdateParams,
     RateGrant,
@@ -54,9 +37,40 @@ from ._flow_types import (
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
 )
-
-#: Called with a queue name (or "*" for any queue) when jobs may be ready.
-WakeCallback = Callable[[str], None]
+from .job_types import (
+    FailureGroup,
+    JobAckManyParams,
+    JobBulkParams,
+    JobCancelParams,
+    JobChanged,
+    JobCountByQueueParams,
+    JobCountByStateParams,
+    JobCountCappedParams,
+    JobFailureGroupsParams,
+    JobFetchAvailableParams,
+    JobGetParams,
+    JobHeartbeatManyParams,
+    JobHeartbeatResult,
+    JobInsertManyParams,
+    JobListParams,
+    JobRescueExpiredParams,
+    JobRetryParams,
+    JobSearchParams,
+    JobStageDueParams,
+    StagedJob,
+    StateCount,
+)
+from .metric_types import (
+    DepthPoint,
+    MetricPoint,
+    MetricsAddParams,
+    MetricsDepthSampleParams,
+    MetricsPruneParams,
+    MetricsSeriesParams,
+    MetricTotal,
+)
+from .schema import DbHealth, DbHealthParams, MigrateParams, Migration
+from .wake import WakeCallback
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -64,164 +78,8 @@ class Capabilities:
     """What a backend can do; the runtime asks this instead of checking the dialect."""
 
     dialect: str
-    listen_notify: bool
-    skip_locked: bool
     #: How often idle producers poll when no wake-up arrives.
     poll_interval: float
-    #: Connection types that ``job_insert_many`` accepts as ``connection=``.
-    transactional_enqueue: bool
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobInsert:
-    task: str
-    queue: str
-    args_json: str
-    kwargs_json: str
-    priority: int
-    max_attempts: int
-    tags_json: str
-    meta_json: str
-    delay: float | None = None
-    run_at: datetime | None = None
-    #: Full unique key (period bucket included); None for a job that is not unique.
-    unique_key: str | None = None
-    #: Comma-wrapped states in which the key is held, e.g. ",available,running,".
-    unique_states: str | None = None
-    concurrency_key: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobInsertManyParams:
-    jobs: Sequence[JobInsert]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobFetchAvailableParams:
-    queue: str
-    limit: int
-    owner: str
-    lease_ttl: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobAck:
-    """The fenced outcome of one attempt: applied only if ``lease_token`` still matches."""
-
-    id: int
-    lease_token: int
-    state: JobState
-    #: Seconds from now (database clock) for the next run, for retryable/available.
-    delay: float | None = None
-    result_json: str | None = None
-    error_json: str | None = None
-    #: -1 gives the attempt back (snooze, shutdown release); 0 otherwise.
-    attempt_delta: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobAckManyParams:
-    acks: Sequence[JobAck]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobLease:
-    id: int
-    lease_token: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobHeartbeatManyParams:
-    leases: Sequence[JobLease]
-    lease_ttl: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobHeartbeatResult:
-    """Leases still held, and which of them an operator asked to cancel."""
-
-    held: frozenset[int]
-    cancel_requested: frozenset[int]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobRescueExpiredParams:
-    limit: int = 1000
-    #: Jobs of a node whose heartbeat is older than this are rescued too.
-    node_ttl: float = 15.0
-    error_json: str = '{"error": "lease expired: the worker stopped heartbeating"}'
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobStageDueParams:
-    limit: int = 5000
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StagedJob:
-    """A job the stager made available, and the state it left."""
-
-    id: int
-    task: str
-    queue: str
-    attempt: int
-    previous: JobState
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobGetParams:
-    id: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobListParams:
-    state: JobState | None = None
-    queue: str | None = None
-    task: str | None = None
-    limit: int = 50
-    #: Keyset pagination: only jobs with an id below this one.
-    before_id: int | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobRetryParams:
-    id: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobCancelParams:
-    id: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobCountByStateParams:
-    queue: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeUpsertParams:
-    id: str
-    hostname: str
-    pid: int
-    queues_json: str
-    tasks_json: str = "[]"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeDeleteParams:
-    id: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class MigrateParams:
-    dry_run: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
 
 
 class Storage(Protocol):
@@ -272,6 +130,9 @@ class Storage(Protocol):
 
     async def job_count_by_state(self, params: JobCountByStateParams) -> dict[str, int]: ...
 
+    async def job_delete_by_queue(self, queue: str) -> int:
+        """Delete every job of one queue, whatever its state; return how many."""
+
     async def node_upsert(self, params: NodeUpsertParams) -> None: ...
 
     async def node_delete(self, params: NodeDeleteParams) -> None: ...
@@ -279,7 +140,7 @@ class Storage(Protocol):
     def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Call ``callback`` when jobs may have become ready; returns an unsubscribe."""
 
-    # -- flow control (sql/<dialect>/flow.sql) ------------------------------------------
+    # -- cluster control (<dialect>/sql/control.sql) -----------------------------------
 
     async def clock_now(self) -> datetime:
         """The database clock: every due time, lease and cron tick is measured on it."""
@@ -323,7 +184,7 @@ class Storage(Protocol):
     async def job_prune(self, params: JobPruneParams) -> int:
         """Delete one bounded batch of old finished jobs (and stale nodes); return count."""
 
-    # -- dashboard and metrics (sql/<dialect>/dashboard.sql, metrics.sql) -----------------
+    # -- search, bulk actions and metrics (<dialect>/sql/search.sql, metrics.sql) --------
 
     async def job_search(self, params: JobSearchParams) -> list[Job]:
         """Jobs matching a filter, newest first, one keyset page."""

@@ -1,0 +1,239 @@
+"""Params and rows of the job methods of the storage protocol: enqueue, claim, ack,
+heartbeat, rescue, staging, reads, filtered search, bounded counts and bulk actions.
+
+One frozen dataclass per call, so a new field never breaks a call site.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from datetime import datetime
+
+from .._job import JobState
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobInsert:
+    task: str
+    queue: str
+    args_json: str
+    kwargs_json: str
+    priority: int
+    max_attempts: int
+    tags_json: str
+    meta_json: str
+    delay: float | None = None
+    run_at: datetime | None = None
+    #: Full unique key (period bucket included); None for a job that is not unique.
+    unique_key: str | None = None
+    #: Comma-wrapped states in which the key is held, e.g. ",available,running,".
+    unique_states: str | None = None
+    concurrency_key: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobInsertManyParams:
+    jobs: Sequence[JobInsert]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobFetchAvailableParams:
+    queue: str
+    limit: int
+    owner: str
+    lease_ttl: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobAck:
+    """The fenced outcome of one attempt: applied only if ``lease_token`` still matches."""
+
+    id: int
+    lease_token: int
+    state: JobState
+    #: Seconds from now (database clock) for the next run, for retryable/available.
+    delay: float | None = None
+    result_json: str | None = None
+    error_json: str | None = None
+    #: -1 gives the attempt back (snooze, shutdown release); 0 otherwise.
+    attempt_delta: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobAckManyParams:
+    acks: Sequence[JobAck]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobLease:
+    id: int
+    lease_token: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobHeartbeatManyParams:
+    leases: Sequence[JobLease]
+    lease_ttl: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobHeartbeatResult:
+    """Leases still held, and which of them an operator asked to cancel."""
+
+    held: frozenset[int]
+    cancel_requested: frozenset[int]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobRescueExpiredParams:
+    limit: int = 1000
+    #: Jobs of a node whose heartbeat is older than this are rescued too; None uses each
+    #: node's own ttl (``NodeUpsertParams.ttl``).
+    node_ttl: float | None = None
+    error_json: str = '{"error": "lease expired: the worker stopped heartbeating"}'
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobStageDueParams:
+    limit: int = 5000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StagedJob:
+    """A job the stager made available, and the state it left."""
+
+    id: int
+    task: str
+    queue: str
+    attempt: int
+    previous: JobState
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobGetParams:
+    id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobListParams:
+    state: JobState | None = None
+    queue: str | None = None
+    task: str | None = None
+    limit: int = 50
+    #: Keyset pagination: only jobs with an id below this one.
+    before_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobRetryParams:
+    id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobCancelParams:
+    id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobCountByStateParams:
+    queue: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobFilter:
+    """Which jobs a search, a count or a bulk action applies to; empty means any."""
+
+    states: tuple[JobState, ...] = ()
+    queue: str | None = None
+    task: str | None = None
+    #: One of the job's tags.
+    tag: str | None = None
+    #: Case-insensitive substring of the JSON of args and kwargs.
+    text: str | None = None
+    #: A failure group's key: the first line of the job's last error (200 chars at most).
+    error_key: str | None = None
+    ids: tuple[int, ...] = ()
+    #: Only jobs with at least this id: bounds a scan to the newest jobs.
+    min_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobSearchParams:
+    """Newest first. Keyset pages: ``before_id`` for older jobs, ``after_id`` for newer."""
+
+    filter: JobFilter = JobFilter()
+    limit: int = 50
+    before_id: int | None = None
+    after_id: int | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobCountCappedParams:
+    """Count matching jobs, but stop at ``cap``: a count never scans a whole table."""
+
+    filter: JobFilter = JobFilter()
+    cap: int = 10_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobCountByQueueParams:
+    #: Final states (completed, cancelled, discarded) are counted up to this many each.
+    final_cap: int = 100_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StateCount:
+    """``queue`` is None for the capped totals of the final states."""
+
+    queue: str | None
+    state: JobState
+    n: int
+    capped: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobFailureGroupsParams:
+    """Group retryable and discarded jobs by task and the first line of their last error."""
+
+    queue: str | None = None
+    task: str | None = None
+    limit: int = 100
+    #: Only the most recent this many failed jobs are grouped.
+    scan: int = 50_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FailureGroup:
+    task: str
+    #: First line of the last error, at most 200 characters.
+    error: str
+    retryable: int
+    discarded: int
+    last_id: int
+    last_at: datetime | None
+
+    @property
+    def total(self) -> int:
+        return self.retryable + self.discarded
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobBulkParams:
+    """A bulk action on every job matching ``filter``, at most ``limit`` of them."""
+
+    filter: JobFilter
+    limit: int = 10_000
+    #: Appended to each job's errors by a discard.
+    error_json: str = '{"error": "discarded by an operator"}'
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobChanged:
+    """A job a bulk action changed, with the state it left."""
+
+    id: int
+    task: str
+    queue: str
+    attempt: int
+    previous: JobState

@@ -1,0 +1,70 @@
+"""Params and rows of the metric methods of the storage protocol: minute rollups,
+never-pruned totals and queue-depth samples (queries in ``<dialect>/sql/metrics.sql``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetricRow:
+    """One additive sample: ``value`` is added to what the key already holds."""
+
+    queue: str
+    task: str
+    metric: str
+    value: float
+    #: Start of the minute (unix seconds); None for the never-pruned totals.
+    bucket: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetricsAddParams:
+    rows: Sequence[MetricRow]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetricsSeriesParams:
+    #: Unix seconds; buckets at or after it.
+    since: float
+    queue: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetricPoint:
+    bucket: float
+    queue: str
+    metric: str
+    value: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetricTotal:
+    queue: str
+    task: str
+    metric: str
+    value: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetricsDepthSampleParams:
+    #: The minute (unix seconds) the sample is filed under.
+    bucket: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DepthPoint:
+    """``queue`` is ``"*"`` for all queues together (written with every sample)."""
+
+    bucket: float
+    queue: str
+    state: str
+    n: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MetricsPruneParams:
+    #: Delete minute rollups and depth samples older than this (unix seconds).
+    before: float
+

@@ -1,0 +1,102 @@
+"""SQL files and schema versions, for every backend.
+
+Each backend package keeps its statements in ``<dialect>/sql/*.sql`` and its numbered
+migrations in ``<dialect>/migrations/``. A query starts at a ``-- name: <name>`` line
+and runs to the next one; both dialects define the same names in files of the same
+names (a test checks it). Which migrations are pending, and the refusal to run on a
+schema newer than this Conveyor, are decided here once for every backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable
+from importlib import resources
+from importlib.abc import Traversable
+
+from .._errors import SchemaError
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MigrateParams:
+    dry_run: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DbHealth:
+    reachable: bool
+    #: Highest applied migration, None when unknown.
+    version: int | None
+    latest: int
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reachable and self.version == self.latest
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DbHealthParams:
+    timeout: float = 3.0
+
+
+def _folder(dialect: str, *parts: str) -> Traversable:
+    if dialect not in ("sqlite", "postgres"):
+        raise ValueError(f"unknown dialect {dialect!r}")
+    return resources.files(__package__).joinpath(dialect, *parts)
+
+
+def load_queries(dialect: str) -> dict[str, str]:
+    """Return ``{name: sql}`` for one dialect, from every ``*.sql`` file of its folder
+    (one file per area: jobs, control, search, metrics); a name defined twice is an
+    error."""
+    queries: dict[str, str] = {}
+    for entry in sorted(_folder(dialect, "sql").iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        parts = _NAME.split(entry.read_text("utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise ValueError(f"query {name!r} defined twice for {dialect}")
+            queries[name] = body.strip().rstrip(";")
+    return queries
+
+
+def load_migrations(dialect: str) -> list[Migration]:
+    """Return every migration of one dialect, ordered by version."""
+    found: list[Migration] = []
+    for entry in _folder(dialect, "migrations").iterdir():
+        match = _MIGRATION_FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text("utf-8")))
+    found.sort(key=lambda m: m.version)
+    if [m.version for m in found] != list(range(1, len(found) + 1)):
+        raise ValueError(f"{dialect} migrations are not numbered 1..n without gaps")
+    return found
+
+
+def pending_migrations(dialect: str, applied: Iterable[int]) -> list[Migration]:
+    """The migrations still to apply, given the versions a database has applied.
+
+    Raises SchemaError when the database is newer than this Conveyor: running old code
+    on a newer schema could corrupt it.
+    """
+    done = set(applied)
+    known = load_migrations(dialect)
+    if done and max(done) > len(known):
+        raise SchemaError(
+            f"the database schema is at version {max(done)}, newer than this Conveyor "
+            f"knows ({len(known)}); upgrade Conveyor"
+        )
+    return [m for m in known if m.version not in done]

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 
 import conveyor
-from conveyor._storage import WakeHub
-from conveyor._storage._sqlite import SQLiteConfig, SQLiteStorage
+from conveyor._storage.sqlite import SQLiteConfig
+from conveyor._storage.sqlite.connection import connect
 
 #: Pragmas Conveyor's SQLite connection runs with, as read back from a live one.
 SQLITE_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys",
@@ -72,7 +72,7 @@ def machine() -> dict[str, Any]:
 
 def sqlite_settings(path: str) -> dict[str, Any]:
     """The pragmas of a connection opened exactly as Conveyor opens its own."""
-    conn = SQLiteStorage(SQLiteConfig(path=path), WakeHub())._connect()
+    conn = connect(SQLiteConfig(path=path))
     try:
         pragmas = {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in SQLITE_PRAGMAS}
     finally:

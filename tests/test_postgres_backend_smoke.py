@@ -38,7 +38,7 @@ from conveyor._storage import (
     WakeHub,
     load_migrations,
 )
-from conveyor._storage._postgres import PostgresConfig, PostgresStorage
+from conveyor._storage.postgres import PostgresConfig, PostgresStorage
 
 ALL_VERSIONS = [m.version for m in load_migrations("postgres")]
 

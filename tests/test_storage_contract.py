@@ -61,17 +61,17 @@ def fetch(queue: str = "default", limit: int = 10, ttl: float = 30.0,
 
 def test_dialects_define_the_same_queries_and_migrations() -> None:
     assert load_queries("sqlite").keys() == load_queries("postgres").keys()
-    root = Path(conveyor.__file__).parent / "_storage" / "sql"
-    assert sorted(p.name for p in (root / "sqlite").glob("*.sql")) == sorted(
-        p.name for p in (root / "postgres").glob("*.sql")
+    root = Path(conveyor.__file__).parent / "_storage"
+    assert sorted(p.name for p in (root / "sqlite" / "sql").glob("*.sql")) == sorted(
+        p.name for p in (root / "postgres" / "sql").glob("*.sql")
     )
     sqlite_versions = [m.version for m in load_migrations("sqlite")]
     assert sqlite_versions == [m.version for m in load_migrations("postgres")]
 
 
 def test_both_backends_implement_every_protocol_method() -> None:
-    from conveyor._storage._postgres import PostgresStorage
-    from conveyor._storage._sqlite import SQLiteStorage
+    from conveyor._storage.postgres import PostgresStorage
+    from conveyor._storage.sqlite import SQLiteStorage
 
     wanted = {n for n, _ in inspect.getmembers(Storage) if not n.startswith("_")}
     for cls in (SQLiteStorage, PostgresStorage):

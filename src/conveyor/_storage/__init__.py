@@ -1,4 +1,5 @@
-"""Storage: one protocol, two backends, chosen by URL.
+"""Storage: one protocol, two backends (``sqlite/``, ``postgres/``) over one shared base
+(``base.py``), chosen by URL.
 
 Everything outside this package imports from here, never from its modules: the
 backends and their helpers can move without touching a caller.
@@ -8,37 +9,14 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from ._dashboard_types import (
+from .._job import (
     ACTIVE_STATES,
     DISCARDABLE_FROM,
     RETRYABLE_FROM,
-    DbHealth,
-    DbHealthParams,
-    DepthPoint,
-    FailureGroup,
-    JobBulkParams,
-    JobChanged,
-    JobCountByQueueParams,
-    JobCountCappedParams,
-    JobFailureGroupsParams,
-    JobFilter,
-    JobSearchParams,
-    MetricPoint,
-    MetricRow,
-    MetricsAddParams,
-    MetricsDepthSampleParams,
-    MetricsPruneParams,
-    MetricsSeriesParams,
-    MetricTotal,
-    StateCount,
+    STAGED_STATES,
 )
-from ._fast import (
-    loads,
-    make_ack,
-    make_insert,
-    make_job,
-)
-from ._flow_types import (
+from .base import BaseStorage
+from .control_types import (
     ConcurrencyAcquireParams,
     ConcurrencyGroup,
     ConcurrencyHoldersParams,
@@ -48,8 +26,10 @@ from ._flow_types import (
     LeaderGetParams,
     LeaderResignParams,
     LeaderRow,
+    NodeDeleteParams,
     NodeListParams,
     NodeRow,
+    NodeUpsertParams,
     QueueRow,
     QueueUpdateParams,
     RateGrant,
@@ -63,13 +43,19 @@ from ._flow_types import (
     ScheduleUpsertParams,
     gcra,
 )
-from ._protocol import (
-    Capabilities,
+from .job_types import (
+    FailureGroup,
     JobAck,
     JobAckManyParams,
+    JobBulkParams,
     JobCancelParams,
+    JobChanged,
+    JobCountByQueueParams,
     JobCountByStateParams,
+    JobCountCappedParams,
+    JobFailureGroupsParams,
     JobFetchAvailableParams,
+    JobFilter,
     JobGetParams,
     JobHeartbeatManyParams,
     JobHeartbeatResult,
@@ -79,22 +65,33 @@ from ._protocol import (
     JobListParams,
     JobRescueExpiredParams,
     JobRetryParams,
+    JobSearchParams,
     JobStageDueParams,
+    StagedJob,
+    StateCount,
+)
+from .metric_types import (
+    DepthPoint,
+    MetricPoint,
+    MetricRow,
+    MetricsAddParams,
+    MetricsDepthSampleParams,
+    MetricsPruneParams,
+    MetricsSeriesParams,
+    MetricTotal,
+)
+from .protocol import Capabilities, Storage
+from .rows import loads, make_ack, make_insert, make_job
+from .schema import (
+    DbHealth,
+    DbHealthParams,
     MigrateParams,
     Migration,
-    NodeDeleteParams,
-    NodeUpsertParams,
-    StagedJob,
-    Storage,
-    WakeCallback,
-)
-from ._queries import (
     load_migrations,
     load_queries,
+    pending_migrations,
 )
-from ._wake import (
-    WakeHub,
-)
+from .wake import WakeCallback, WakeHub
 
 
 def create_storage(url: str, hub: WakeHub, pool_max_size: int = 10) -> Storage:
@@ -106,7 +103,7 @@ def create_storage(url: str, hub: WakeHub, pool_max_size: int = 10) -> Storage:
         raise TypeError(f"database URL must be a string, got {type(url).__name__}")
     scheme = urlsplit(url).scheme.lower()
     if scheme == "sqlite":
-        from ._sqlite import SQLiteConfig, SQLiteStorage
+        from .sqlite import SQLiteConfig, SQLiteStorage
 
         path = url[len("sqlite:///") :] if url.lower().startswith("sqlite:///") else ""
         if not path:
@@ -115,7 +112,7 @@ def create_storage(url: str, hub: WakeHub, pool_max_size: int = 10) -> Storage:
             )
         return SQLiteStorage(SQLiteConfig(path=path), hub)
     if scheme in ("postgresql", "postgres"):
-        from ._postgres import PostgresConfig, PostgresStorage
+        from .postgres import PostgresConfig, PostgresStorage
 
         return PostgresStorage(PostgresConfig(url=url, max_size=pool_max_size), hub)
     raise ValueError(
@@ -127,6 +124,8 @@ __all__ = [
     "ACTIVE_STATES",
     "DISCARDABLE_FROM",
     "RETRYABLE_FROM",
+    "STAGED_STATES",
+    "BaseStorage",
     "Capabilities",
     "ConcurrencyAcquireParams",
     "ConcurrencyGroup",
@@ -200,4 +199,5 @@ __all__ = [
     "make_ack",
     "make_insert",
     "make_job",
+    "pending_migrations",
 ]

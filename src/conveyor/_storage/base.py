@@ -131,7 +131,7 @@ class BaseStorage(ABC):
     def _jobs(self, rows: Iterable[Row]) -> list[Job]:
         return [job_from_row(r, self.json_text) for r in rows]
 
-    async def _one(self, rows: list[Row]) -> Job | None:
+    def _one(self, rows: list[Row]) -> Job | None:
         return job_from_row(rows[0], self.json_text) if rows else None
 
     def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
@@ -156,7 +156,7 @@ class BaseStorage(ABC):
         return staged
 
     async def job_get(self, params: JobGetParams) -> Job | None:
-        return await self._one(await self._read("job_get", {"id": params.id}))
+        return self._one(await self._read("job_get", {"id": params.id}))
 
     async def job_list(self, params: JobListParams) -> list[Job]:
         values = dataclasses.asdict(params)
@@ -165,7 +165,7 @@ class BaseStorage(ABC):
 
     async def job_retry(self, params: JobRetryParams) -> Job | None:
         try:
-            job = await self._one(await self._write("job_retry", {"id": params.id}))
+            job = self._one(await self._write("job_retry", {"id": params.id}))
         except self.unique_violation:  # the unique index: another live job holds the key
             raise unique_held(params.id) from None
         if job is not None:
@@ -173,7 +173,7 @@ class BaseStorage(ABC):
         return job
 
     async def job_cancel(self, params: JobCancelParams) -> Job | None:
-        return await self._one(await self._write("job_cancel", {"id": params.id}))
+        return self._one(await self._write("job_cancel", {"id": params.id}))
 
     async def job_count_by_state(self, params: JobCountByStateParams) -> dict[str, int]:
         rows = await self._read("job_count_by_state", {"queue": params.queue})
@@ -253,7 +253,9 @@ class BaseStorage(ABC):
         return [node_row(r, self.json_text) for r in rows]
 
     async def clock_now(self) -> datetime:
-        return ts((await self._read("clock_now", {}))[0]["now"]) or datetime.now()  # never None
+        now = ts((await self._read("clock_now", {}))[0]["now"])
+        assert now is not None
+        return now
 
     async def queue_list(self) -> list[QueueRow]:
         return [queue_row(r) for r in await self._read("queue_list", {})]

@@ -1,8 +1,8 @@
-"""PostgreSQL hot paths: narrower statements and cheaper row decoding.
+"""PostgreSQL batch paths: narrower statements and cheaper row decoding.
 
 * Plain inserts (no unique key in the batch) return only what the database decided
   (id, state, due and creation time); the Jobs are built from what was sent.
-* Claims read tuple rows and decode them with ``_fast`` (no dict per row).
+* Claims read tuple rows and decode them with ``rows.jobs_from_rows`` (no dict per row).
 * Completed acks without an error (nearly all of them) use ``job_ack_completed``:
   three arrays instead of seven, and no NOTIFY to consider.
 """
@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import tuple_row
 
-from .._job import Job
-from ._fast import jobs_from_inserts, jobs_from_rows, plain_completed
-from ._protocol import JobAck, JobInsert
+from ..._job import Job
+from ..job_types import JobAck, JobInsert
+from ..rows import jobs_from_inserts, jobs_from_rows, plain_completed
 
 Fetch = Callable[[str, Mapping[str, Any]], Awaitable[list[Any]]]
 

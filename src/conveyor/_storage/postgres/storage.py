@@ -1,9 +1,10 @@
 """The PostgreSQL backend: a connection pool, SKIP LOCKED claims, LISTEN/NOTIFY wake-ups.
 
-Every call is one statement on an autocommit pooled connection, so a batch costs one
-round trip and needs no explicit transaction. Statements that make jobs ready send
-their own NOTIFY, so wake-ups reach every process and never fire for a rolled-back
-write. Postgres never migrates on open: changing a shared schema is an operator's
+What is shared with every backend comes from BaseStorage; this class adds the pools,
+the batch paths (column arrays, tuple rows) and the calls that need one transaction of
+several statements (they lock what they count, so any number of processes together
+never exceed a limit). Every other call is one statement on an autocommit pooled
+connection. Postgres never migrates on open: changing a shared schema is an operator's
 decision, made with ``conveyor migrate``.
 """
 
@@ -12,46 +13,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import logging
 import re
-import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
-from datetime import UTC
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, ClassVar
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import DictRow, dict_row
-from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
 
-from .._errors import ConveyorError, DatabaseUnavailableError, SchemaError, unique_held
-from .._job import Job
-from . import _postgres_fast
-from . import _protocol as p
-from ._fast import loads as fast_loads
-from ._freelist import FreeList
-from ._postgres_dashboard import PostgresDashboardMixin
-from ._postgres_flow import PostgresFlowMixin
-from ._queries import load_migrations, load_queries
-from ._rows import STAGED_STATES, fill_duplicates, job_from_row, match_inserted, sort_for_claim
-from ._wake import WakeHub
+from ..._errors import DatabaseUnavailableError, SchemaError
+from ..._job import Job, JobState
+from ..base import BaseStorage, changed_jobs
+from ..control_types import (
+    ConcurrencyAcquireParams,
+    LeaderElectParams,
+    LeaderRow,
+    RateGrant,
+    RateLimitAcquireParams,
+    gcra,
+)
+from ..freelist import FreeList
+from ..job_types import (
+    JobAck,
+    JobAckManyParams,
+    JobBulkParams,
+    JobChanged,
+    JobFetchAvailableParams,
+    JobFilter,
+    JobHeartbeatManyParams,
+    JobHeartbeatResult,
+    JobInsert,
+    JobInsertManyParams,
+)
+from ..metric_types import MetricsAddParams, MetricsPruneParams
+from ..rows import job_from_row, leader_row, sort_for_claim
+from ..schema import DbHealth, DbHealthParams, MigrateParams, Migration, pending_migrations
+from ..unique import run_async, run_sync, unique_insert
+from ..wake import WakeCallback, WakeHub
+from . import batch
+from .connection import Errors, PostgresConfig, configure, connect_kwargs
+from .listener import Listener
 
-log = logging.getLogger("conveyor.postgres")
-
+Conn = psycopg.AsyncConnection[DictRow]
 _CHANNEL = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: Serialises concurrent ``conveyor migrate`` runs across every process ("conv").
 _MIGRATE_LOCK = 0x636F6E76
-#: Server-side SQLSTATEs that mean "the server went away", beyond class 08.
-_GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
-_BACKOFF_MIN, _BACKOFF_MAX = 0.1, 5.0
-#: How long the listener waits for a notification before pinging its connection.
-_LISTEN_PING = 30.0
 #: Hot statements (claim, ack, heartbeat) are prepared after this many uses.
 _PREPARE_THRESHOLD = 5
-#: Insert rounds for unique jobs whose holder finishes between insert and lookup.
-_UNIQUE_ROUNDS = 3
 #: (query parameter, attribute) pairs sent as one array per column.
 _INSERT_COLUMNS = (
     ("task", "task"), ("queue", "queue"), ("args", "args_json"), ("kwargs", "kwargs_json"),
@@ -59,43 +68,20 @@ _INSERT_COLUMNS = (
     ("meta", "meta_json"), ("unique_key", "unique_key"), ("unique_states", "unique_states"),
     ("concurrency_key", "concurrency_key"),
 )
-#: Statements that use the reserved connections: a worker that cannot send them loses
-#: its leases (rescue, duplicate run) or holds finished jobs in limbo.
-_RESERVED = frozenset({"job_ack", "job_ack_completed", "job_heartbeat"})
 _ACK_COLUMNS = (
     ("id", "id"), ("lease_token", "lease_token"),
     ("result", "result_json"), ("error", "error_json"), ("attempt_delta", "attempt_delta"),
 )
-
-
-def _lenient_loads(data: str | bytes) -> Any:
-    """jsonb to Python; a value Python cannot read back (nested past the recursion
-    limit, written around the API) becomes None instead of failing every read of its
-    row, claims included. The worker discards a job whose args are unreadable."""
-    try:  # jsonb is one of the costliest columns to read: use the fast decoder
-        text = data.decode() if isinstance(data, bytes) else data
-    except ValueError:
-        return None
-    return fast_loads(text)
-
-
-async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
-    set_json_loads(_lenient_loads, conn)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PostgresConfig:
-    url: str
-    min_size: int = 1
-    max_size: int = 10
-    #: LISTEN/NOTIFY channel; a lowercase identifier.
-    channel: str = "conveyor_jobs"
-    #: How often idle producers poll when no wake-up arrives.
-    poll_interval: float = 1.0
-    connect_timeout: float = 5.0
-    #: Connections kept apart for heartbeats and acks (opened on first use), so that
-    #: handlers busy with the main pool can never starve a lease into expiring.
-    reserved_size: int = 2
+#: Statements that use the reserved connections: a worker that cannot send them loses
+#: its leases (rescue, duplicate run) or holds finished jobs in limbo.
+_RESERVED = frozenset({"job_ack", "job_ack_completed", "job_heartbeat", "node_upsert"})
+#: Never prepared: a generic plan for "x IS NULL OR col = x" cannot pick an index.
+_UNPREPARED = frozenset({
+    "job_list", "job_count_by_state", "node_list", "job_search", "job_search_newer",
+    "job_count_capped", "job_count_by_queue", "job_count_final_capped", "job_failure_groups",
+    "job_count_running_by_node", "metrics_series", "metrics_totals", "metrics_depth_series",
+    "metrics_depth_sample", "job_pick_matching",
+})
 
 
 def _floats(values: Iterable[float | None]) -> list[float | None]:
@@ -103,102 +89,93 @@ def _floats(values: Iterable[float | None]) -> list[float | None]:
     return [None if v is None else float(v) for v in values]
 
 
-def _redact(url: str) -> tuple[str, str | None] | None:
-    """The URL without its password (safe to print) and the password, or None when the
-    URL does not parse: libpq then echoes it, password and all, so show none of it."""
-    try:
-        info = conninfo_to_dict(url)
-    except psycopg.Error:
-        return None
-    where = f"{info.get('user', '')}@{info.get('host', '')}:{info.get('port', 5432)}"
-    password = info.get("password")
-    return f"postgresql://{where.lstrip('@')}/{info.get('dbname', '')}", (
-        str(password) if password else None
-    )
-
-
-class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
+class PostgresStorage(BaseStorage):
     """Storage on PostgreSQL. Example: ``PostgresStorage(PostgresConfig(url), WakeHub())``"""
+
+    dialect: ClassVar[str] = "postgres"
+    json_text: ClassVar[bool] = False
+    wake_locally: ClassVar[bool] = False  # statements NOTIFY; the listener wakes the hub
+    unique_violation: ClassVar[type[Exception]] = psycopg.errors.UniqueViolation
 
     def __init__(self, config: PostgresConfig, hub: WakeHub) -> None:
         if not _CHANNEL.match(config.channel):
             raise ValueError(f"channel must match {_CHANNEL.pattern}, got {config.channel!r}")
         if not 0 <= config.min_size <= config.max_size or config.max_size < 1:
             raise ValueError("need 0 <= min_size <= max_size and max_size >= 1")
+        super().__init__(hub, poll_interval=config.poll_interval)
         self._config = config
-        self._hub = hub
-        self._redacted = _redact(config.url)
-        self._q = load_queries("postgres")
-        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
-        self._reserved: AsyncConnectionPool[psycopg.AsyncConnection[DictRow]] | None = None
-        blocking_kwargs = {**self._connect_kwargs(), "prepare_threshold": 1}
+        self._errors = Errors(config.url)
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._reserved: AsyncConnectionPool[Conn] | None = None
+        blocking_kwargs = {**connect_kwargs(config), "prepare_threshold": 1}
         self._blocking: FreeList[psycopg.Connection[Any]] = FreeList(
             lambda: psycopg.connect(config.url, **blocking_kwargs),
             lambda conn: conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE,
             config.max_size,
             lambda: psycopg.OperationalError("no free connection for the sync enqueue"))
-        self._lock = threading.Lock()
-        self._listeners = 0
-        self._listener: asyncio.Task[None] | None = None
-        self._capabilities = p.Capabilities(
-            dialect="postgres", listen_notify=True, skip_locked=True,
-            poll_interval=config.poll_interval, transactional_enqueue=True,
-        )
+        self._listener = Listener(config, hub, self._errors)
 
-    @property
-    def capabilities(self) -> p.Capabilities:
-        return self._capabilities
-
-    # -- connections --------------------------------------------------------------------
-
-    def _unavailable(self, exc: BaseException) -> DatabaseUnavailableError:
-        """One line, never the password: this message goes straight to operators."""
-        if self._redacted is None:
-            return DatabaseUnavailableError(
-                "the PostgreSQL URL is malformed; expected postgresql://user:password@host:port/db"
-            )
-        where, password = self._redacted
-        lines = str(exc).strip().splitlines()
-        reason = lines[0].strip() if lines else type(exc).__name__
-        if password:
-            reason = reason.replace(password, "***")
-        return DatabaseUnavailableError(f"cannot use PostgreSQL at {where}: {reason}")
-
-    @contextlib.contextmanager
-    def _translate(self) -> Iterator[None]:
-        """Lost or refused connections become DatabaseUnavailableError; errors of the
-        statement itself (deadlock, serialization, bad data) stay what they are."""
-        try:
-            yield
-        except psycopg.OperationalError as exc:
-            state = exc.sqlstate
-            if state is None or state.startswith("08") or state in _GONE_SQLSTATES:
-                raise self._unavailable(exc) from exc
-            raise
-
-    def _connect_kwargs(self) -> dict[str, Any]:
-        # libpq takes whole seconds and treats anything under 2 as 2.
-        return {"autocommit": True, "connect_timeout": max(2, round(self._config.connect_timeout))}
+    # -- connections and what BaseStorage asks for -----------------------------------------
 
     @contextlib.asynccontextmanager
-    async def _conn(self, reserved: bool = False) -> AsyncIterator[psycopg.AsyncConnection[DictRow]]:
+    async def _conn(self, reserved: bool = False) -> AsyncIterator[Conn]:
         pool = self._reserved if reserved else self._pool
         if pool is None:
             raise DatabaseUnavailableError("storage is not open")
-        with self._translate():
+        with self._errors.translate():
             async with pool.connection() as conn:
                 yield conn
 
-    async def _fetch(
-        self, name: str, values: Mapping[str, Any], prepare: bool | None = None
-    ) -> list[DictRow]:
-        """Run one named query; queries that make jobs ready NOTIFY %(channel)s."""
+    @contextlib.asynccontextmanager
+    async def _transaction(self, reserved: bool = False) -> AsyncIterator[Conn]:
+        async with self._conn(reserved) as conn, conn.transaction():
+            yield conn
+
+    async def _fetch(self, name: str, values: Mapping[str, Any],
+                     conn: Conn | None = None) -> list[DictRow]:
+        """Run one named query (on ``conn``, or a pooled connection); queries that make
+        jobs ready NOTIFY %(channel)s."""
         values = {**values, "channel": self._config.channel}
-        async with self._conn(reserved=name in _RESERVED) as conn:
+        prepare = False if name in _UNPREPARED else None
+        if conn is not None:
             cur = await conn.execute(self._q[name], values, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
+        async with self._conn(reserved=name in _RESERVED) as pooled:
+            cur = await pooled.execute(self._q[name], values, prepare=prepare)
+            return await cur.fetchall() if cur.description is not None else []
 
-    # -- lifecycle ------------------------------------------------------------------------
+    async def _read(self, name: str, values: Mapping[str, Any]) -> list[DictRow]:
+        return await self._fetch(name, values)
+
+    async def _write(self, name: str, values: Mapping[str, Any]) -> list[DictRow]:
+        return await self._fetch(name, values)
+
+    def _time(self, value: datetime) -> Any:
+        return value
+
+    def _filter_values(self, f: JobFilter) -> dict[str, Any]:
+        return {
+            "states": [s.value for s in f.states] or None, "queue": f.queue, "task": f.task,
+            "tag": f.tag, "text": f.text or None, "error_key": f.error_key,
+            "ids": list(f.ids) or None, "min_id": f.min_id,
+        }
+
+    async def _change_matching(self, params: JobBulkParams, allowed: Sequence[JobState],
+                               update: str, extra: Mapping[str, Any]) -> list[JobChanged]:
+        """Lock the matching jobs (skipping locked ones) and change them."""
+        values = {**self._filter_values(params.filter), "limit": params.limit,
+                  "allowed": [s.value for s in allowed]}
+        async with self._transaction() as conn:
+            picked = await self._fetch("job_pick_matching", values, conn)
+            if not picked:
+                return []
+            changed = await self._fetch(update, {"ids": [r["id"] for r in picked], **extra}, conn)
+        return changed_jobs(picked, {r["id"] for r in changed})
+
+    def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        return self._listener.subscribe(callback)
+
+    # -- lifecycle and schema ----------------------------------------------------------------
 
     async def open(self, *, check_schema: bool = True) -> None:
         """Connect; ``check_schema=False`` is for ``conveyor migrate`` itself."""
@@ -208,30 +185,20 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         # the pool would only report a timeout.
         try:
             probe = await psycopg.AsyncConnection.connect(
-                self._config.url, **self._connect_kwargs()
-            )
+                self._config.url, **connect_kwargs(self._config))
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:  # down, bad URL
-            raise self._unavailable(exc) from (exc if self._redacted else None)
+            raise self._errors.unavailable(exc) from (exc if self._errors.redacted else None)
         await probe.close()
-        kwargs = {**self._connect_kwargs(), "row_factory": dict_row,
-                  "prepare_threshold": _PREPARE_THRESHOLD}
-        pool = AsyncConnectionPool(
-            self._config.url, connection_class=psycopg.AsyncConnection[DictRow], kwargs=kwargs,
-            min_size=self._config.min_size, max_size=self._config.max_size, open=False,
-            name="conveyor", configure=_configure,
-        )
+        pool = self._new_pool("conveyor", self._config.min_size, self._config.max_size)
         try:
-            with self._translate():
+            with self._errors.translate():
                 await pool.open(wait=True, timeout=self._config.connect_timeout)
         except BaseException:
             await pool.close()  # stop its workers from reconnecting in the background
             raise
         self._pool = pool
-        self._reserved = AsyncConnectionPool(
-            self._config.url, connection_class=psycopg.AsyncConnection[DictRow], kwargs=kwargs,
-            min_size=0, max_size=max(self._config.reserved_size, 1), open=False,
-            name="conveyor-reserved", configure=_configure,
-        )
+        self._reserved = self._new_pool("conveyor-reserved", 0,
+                                        max(self._config.reserved_size, 1))
         await self._reserved.open()
         if check_schema:
             try:
@@ -240,8 +207,15 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
                 await self.close()
                 raise
 
+    def _new_pool(self, name: str, min_size: int, max_size: int) -> AsyncConnectionPool[Conn]:
+        kwargs = {**connect_kwargs(self._config), "row_factory": dict_row,
+                  "prepare_threshold": _PREPARE_THRESHOLD}
+        return AsyncConnectionPool(
+            self._config.url, connection_class=Conn, kwargs=kwargs, min_size=min_size,
+            max_size=max_size, open=False, name=name, configure=configure)
+
     async def close(self) -> None:
-        task = self._stop_listener()
+        task = self._listener.stop()
         if task is not None and task.get_loop() is asyncio.get_running_loop():
             await asyncio.wait([task])  # let it close its connection before we return
         pool, self._pool = self._pool, None
@@ -251,46 +225,33 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
                 await each.close()
         await asyncio.to_thread(self._blocking.close)
 
-    # -- schema ---------------------------------------------------------------------------
-
-    @staticmethod
-    def _pending(applied: set[int]) -> list[p.Migration]:
-        known = load_migrations("postgres")
-        if applied and max(applied) > len(known):
-            raise SchemaError(
-                f"the database schema is at version {max(applied)}, newer than this Conveyor "
-                f"knows ({len(known)}); upgrade Conveyor"
-            )
-        return [m for m in known if m.version not in applied]
-
     async def _check_schema(self) -> None:
         """Refuse to run on a missing or old schema instead of failing mid-job later."""
         async with self._conn() as conn:
             cur = await conn.execute("SELECT to_regclass('conveyor_migrations') IS NULL AS missing")
             row = await cur.fetchone()
-            applied: set[int] = set()
+            applied: list[int] = []
             if row is not None and not row["missing"]:
                 cur = await conn.execute("SELECT version FROM conveyor_migrations")
-                applied = {r["version"] for r in await cur.fetchall()}
-        if pending := self._pending(applied):
-            where = self._redacted[0] if self._redacted else "the database"
+                applied = [r["version"] for r in await cur.fetchall()]
+        if pending := pending_migrations(self.dialect, applied):
             raise SchemaError(
-                f"the Conveyor schema in {where} is missing or outdated ({len(pending)} "
-                "migration(s) pending); run `conveyor migrate` first"
+                f"the Conveyor schema in {self._errors.where()} is missing or outdated "
+                f"({len(pending)} migration(s) pending); run `conveyor migrate` first"
             )
 
-    async def schema_pending(self) -> list[p.Migration]:
-        return await self.migrate(p.MigrateParams(dry_run=True))
+    async def schema_pending(self) -> list[Migration]:
+        return await self.migrate(MigrateParams(dry_run=True))
 
-    async def migrate(self, params: p.MigrateParams) -> list[p.Migration]:
-        async with self._conn() as conn, conn.transaction():
+    async def migrate(self, params: MigrateParams) -> list[Migration]:
+        async with self._transaction() as conn:
             await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATE_LOCK])
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS conveyor_migrations (version integer PRIMARY KEY, "
                 "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
             )
             cur = await conn.execute("SELECT version FROM conveyor_migrations")
-            pending = self._pending({r["version"] for r in await cur.fetchall()})
+            pending = pending_migrations(self.dialect, [r["version"] for r in await cur.fetchall()])
             if params.dry_run:
                 return pending
             for migration in pending:
@@ -302,9 +263,26 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
                 )
             return pending
 
-    # -- jobs -------------------------------------------------------------------------------
+    async def db_health(self, params: DbHealthParams) -> DbHealth:
+        """On its own connection: it answers quickly (and truthfully) while the pool
+        would wait."""
+        latest = len(pending_migrations(self.dialect, ()))
+        try:
+            async with asyncio.timeout(params.timeout):
+                conn = await psycopg.AsyncConnection.connect(
+                    self._config.url, **connect_kwargs(self._config))
+                async with conn:
+                    cur = await conn.execute(self._q["schema_version"], prepare=False)
+                    row = await cur.fetchone()
+        except psycopg.errors.UndefinedTable:
+            return DbHealth(True, 0, latest)
+        except (psycopg.Error, TimeoutError, OSError) as exc:
+            return DbHealth(False, None, latest, str(self._errors.unavailable(exc)))
+        return DbHealth(True, int(row[0]) if row is not None else 0, latest)
 
-    def _insert_values(self, jobs: Sequence[p.JobInsert]) -> dict[str, Any]:
+    # -- jobs: the batch paths ---------------------------------------------------------------
+
+    def _insert_values(self, jobs: Sequence[JobInsert]) -> dict[str, Any]:
         """Column-wise arrays: the query unnests them, so a batch is one statement."""
         values: dict[str, Any] = {col: [getattr(j, a) for j in jobs] for col, a in _INSERT_COLUMNS}
         values["delay"] = _floats(j.delay for j in jobs)
@@ -313,50 +291,47 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
         values["channel"] = self._config.channel
         return values
 
+    @staticmethod
+    def _keys(keys: list[str]) -> dict[str, Any]:
+        return {"unique_keys": keys}
+
     async def job_insert_many(
-        self, params: p.JobInsertManyParams, connection: Any = None
+        self, params: JobInsertManyParams, connection: Any = None
     ) -> list[Job]:
         if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
             return self.job_insert_many_sync(params, connection)
+        jobs = params.jobs
+        if connection is None and jobs and all(j.unique_key is None for j in jobs):
+            return await batch.insert_plain(self._fetch, self._insert_values(jobs), jobs)
 
         async def run(name: str, values: Mapping[str, Any]) -> list[Job]:
             if connection is None:
                 rows = await self._fetch(name, values)
             else:  # the caller's connection and transaction; its rows may not be dicts
-                with self._translate():
+                with self._errors.translate():
                     async with connection.cursor(row_factory=dict_row) as cur:
                         await cur.execute(self._q[name], values)
                         rows = await cur.fetchall()
             return [job_from_row(r, json_text=False) for r in rows]
 
-        jobs = list(params.jobs)
-        if connection is None and jobs and all(j.unique_key is None for j in jobs):
-            return await _postgres_fast.insert_plain(self._fetch, self._insert_values(jobs), jobs)
-        out: list[Job | None] = [None] * len(jobs)
-        for _ in range(_UNIQUE_ROUNDS):  # a holder may finish between insert and lookup
-            if not jobs:
-                break
-            got, missing = match_inserted(jobs, await run("job_insert", self._insert_values(jobs)))
-            if missing:
-                fill_duplicates(got, jobs, await run("job_get_unique", {"unique_keys": missing}))
-            jobs = self._merge(out, got, jobs)
-        return self._complete(out)
+        return await run_async(unique_insert(jobs, self._insert_values, self._keys), run)
 
-    def job_insert_many_blocking(self, params: p.JobInsertManyParams) -> list[Job]:
+    def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
         if self._pool is None:
             raise DatabaseUnavailableError("storage is not open")
-        jobs = list(params.jobs)
-        with self._translate(), self._blocking.connection(self._config.connect_timeout) as conn:
+        jobs = params.jobs
+        with self._errors.translate(), \
+                self._blocking.connection(self._config.connect_timeout) as conn:
             if len(jobs) == 1 and jobs[0].unique_key is None:
-                return _postgres_fast.insert_plain_sync(
+                return batch.insert_plain_sync(
                     conn, self._q["job_insert_one"],
-                    _postgres_fast.one_values(jobs[0], self._config.channel), jobs)
+                    batch.one_values(jobs[0], self._config.channel), jobs)
             if jobs and all(j.unique_key is None for j in jobs):
-                return _postgres_fast.insert_plain_sync(
+                return batch.insert_plain_sync(
                     conn, self._q["job_insert_plain"], self._insert_values(jobs), jobs)
             return self.job_insert_many_sync(params, conn)
 
-    def job_insert_many_sync(self, params: p.JobInsertManyParams, connection: Any) -> list[Job]:
+    def job_insert_many_sync(self, params: JobInsertManyParams, connection: Any) -> list[Job]:
         if not isinstance(connection, psycopg.Connection):
             raise TypeError(
                 "connection= on the PostgreSQL backend must be a psycopg (3) Connection or "
@@ -364,198 +339,105 @@ class PostgresStorage(PostgresFlowMixin, PostgresDashboardMixin):
             )
 
         def run(name: str, values: Mapping[str, Any]) -> list[Job]:
-            with self._translate(), connection.cursor(row_factory=dict_row) as cur:
+            with self._errors.translate(), connection.cursor(row_factory=dict_row) as cur:
                 cur.execute(self._q[name], values)
                 return [job_from_row(r, json_text=False) for r in cur.fetchall()]
 
-        jobs = list(params.jobs)
-        out: list[Job | None] = [None] * len(jobs)
-        for _ in range(_UNIQUE_ROUNDS):
-            if not jobs:
-                break
-            got, missing = match_inserted(jobs, run("job_insert", self._insert_values(jobs)))
-            if missing:
-                fill_duplicates(got, jobs, run("job_get_unique", {"unique_keys": missing}))
-            jobs = self._merge(out, got, jobs)
-        return self._complete(out)
+        return run_sync(unique_insert(params.jobs, self._insert_values, self._keys), run)
 
-    @staticmethod
-    def _merge(
-        out: list[Job | None], got: list[Job | None], jobs: list[p.JobInsert]
-    ) -> list[p.JobInsert]:
-        """Fill the still-empty slots of ``out`` in order; return the jobs to try again."""
-        slots = [i for i, job in enumerate(out) if job is None]
-        again = []
-        for slot, job, spec in zip(slots, got, jobs, strict=True):
-            out[slot] = job
-            if job is None:
-                again.append(spec)
-        return again
-
-    @staticmethod
-    def _complete(out: list[Job | None]) -> list[Job]:
-        done = [job for job in out if job is not None]
-        if len(done) != len(out):
-            raise ConveyorError("unique enqueue kept racing with the key's holder; try again")
-        return done
-
-    async def job_fetch_available(self, params: p.JobFetchAvailableParams) -> list[Job]:
+    async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]:
         async with self._conn() as conn:  # tuple rows: no dict per claimed job
-            jobs = await _postgres_fast.claim(conn, self._q["job_fetch_available"],
-                                              dataclasses.asdict(params))
+            jobs = await batch.claim(conn, self._q["job_fetch_available"],
+                                     dataclasses.asdict(params))
         return sort_for_claim(jobs)
 
-    async def job_ack_many(self, params: p.JobAckManyParams) -> list[int]:
+    async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         # One UPDATE cannot apply two acks to one row; SQLite applies them in turn, where
         # only the first with the live token can win, so keep the first per (id, token).
-        acks: dict[tuple[int, int], p.JobAck] = {}
+        acks: dict[tuple[int, int], JobAck] = {}
         for ack in params.acks:
             acks.setdefault((ack.id, ack.lease_token), ack)
         if not acks:
             return []
-        batch = list(acks.values())
+        unique = list(acks.values())
 
-        async def general(rest: Sequence[p.JobAck]) -> set[int]:
+        async def general(rest: Sequence[JobAck]) -> set[int]:
             values: dict[str, Any] = {col: [getattr(x, a) for x in rest] for col, a in _ACK_COLUMNS}
             values["state"] = [a.state.value for a in rest]
             values["delay"] = _floats(a.delay for a in rest)
             return {r["id"] for r in await self._fetch("job_ack", values)}
 
         # plain completions go through the narrower job_ack_completed
-        applied = await _postgres_fast.ack_many(self._fetch, batch, general)
-        return list(dict.fromkeys(a.id for a in batch if a.id in applied))
+        applied = await batch.ack_many(self._fetch, unique, general)
+        return list(dict.fromkeys(a.id for a in unique if a.id in applied))
 
-    async def job_heartbeat_many(
-        self, params: p.JobHeartbeatManyParams
-    ) -> p.JobHeartbeatResult:
+    async def job_heartbeat_many(self, params: JobHeartbeatManyParams) -> JobHeartbeatResult:
         leases = params.leases
         values = {"id": [x.id for x in leases], "lease_token": [x.lease_token for x in leases],
                   "lease_ttl": params.lease_ttl}
         rows = await self._fetch("job_heartbeat", values) if leases else []
-        return p.JobHeartbeatResult(
+        return JobHeartbeatResult(
             frozenset(r["id"] for r in rows),
             frozenset(r["id"] for r in rows if r["cancel_requested"]),
         )
 
-    async def job_rescue_expired(self, params: p.JobRescueExpiredParams) -> list[int]:
-        values = {"limit": params.limit, "error": params.error_json, "node_ttl": params.node_ttl}
-        return [r["id"] for r in await self._fetch("job_rescue_expired", values)]
+    # -- several statements in one transaction ------------------------------------------------
 
-    async def job_stage_due(self, params: p.JobStageDueParams) -> list[p.StagedJob]:
-        staged = []
-        for previous in STAGED_STATES:
-            values = {"limit": params.limit, "from_state": previous.value}
-            for r in await self._fetch("job_stage_due", values):
-                staged.append(p.StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
-        return staged
+    async def leader_elect(self, params: LeaderElectParams) -> LeaderRow | None:
+        # Reserved connections: handlers hogging the pool must not cost the leadership.
+        async with self._transaction(reserved=True) as conn:
+            await self._fetch("leader_elect", dataclasses.asdict(params), conn)
+            rows = await self._fetch("leader_get", {"name": params.name}, conn)
+        return leader_row(rows[0]) if rows else None
 
-    async def _one(self, name: str, values: Mapping[str, Any]) -> Job | None:
-        rows = await self._fetch(name, values)
-        return job_from_row(rows[0], json_text=False) if rows else None
+    async def rate_limit_acquire(self, params: RateLimitAcquireParams) -> list[RateGrant]:
+        """A row lock on each rate budget, taken in key order: two processes never wait
+        on each other's keys in a cycle."""
+        grants: dict[int, RateGrant] = {}
+        async with self._transaction() as conn:
+            now = (await self._fetch("clock_now", {}, conn))[0]["now"].timestamp()
+            order = sorted(range(len(params.requests)), key=lambda i: params.requests[i].key)
+            for i in order:
+                request = params.requests[i]
+                tat = (await self._fetch("rate_limit_lock", {"key": request.key}, conn))[0]["tat"]
+                granted, new_tat, wait = gcra(tat, now, request)
+                if granted:
+                    await self._fetch("rate_limit_set", {"key": request.key, "tat": new_tat}, conn)
+                grants[i] = RateGrant(granted, wait)
+        return [grants[i] for i in range(len(params.requests))]
 
-    async def job_get(self, params: p.JobGetParams) -> Job | None:
-        return await self._one("job_get", {"id": params.id})
+    async def job_concurrency_acquire(self, params: ConcurrencyAcquireParams) -> frozenset[int]:
+        """An advisory lock per concurrency key, taken in key order."""
+        granted: set[int] = set()
+        async with self._transaction() as conn:
+            for group in sorted(params.groups, key=lambda g: g.key):
+                await self._fetch("concurrency_lock", {"key": group.key}, conn)
+                held = (await self._fetch("concurrency_count", {"key": group.key}, conn))[0]["n"]
+                for job_id, token in group.leases[: max(group.limit - held, 0)]:
+                    rows = await self._fetch(
+                        "concurrency_grant", {"id": job_id, "lease_token": token}, conn)
+                    granted.update(r["id"] for r in rows)
+        return frozenset(granted)
 
-    async def job_list(self, params: p.JobListParams) -> list[Job]:
-        values = dataclasses.asdict(params)
-        values["state"] = params.state.value if params.state else None
-        # Never prepared: a generic plan for "x IS NULL OR col = x" cannot pick an index.
-        rows = await self._fetch("job_list", values, prepare=False)
-        return [job_from_row(r, json_text=False) for r in rows]
+    async def metrics_add(self, params: MetricsAddParams) -> None:
+        minute = [r for r in params.rows if r.bucket is not None]
+        total = [r for r in params.rows if r.bucket is None]
+        async with self._transaction() as conn:
+            if minute:
+                await conn.execute(self._q["metrics_add"], {
+                    "bucket": [r.bucket for r in minute], "queue": [r.queue for r in minute],
+                    "task": [r.task for r in minute], "metric": [r.metric for r in minute],
+                    "value": [float(r.value) for r in minute],
+                })
+            if total:
+                await conn.execute(self._q["metrics_total_add"], {
+                    "queue": [r.queue for r in total], "task": [r.task for r in total],
+                    "metric": [r.metric for r in total], "value": [float(r.value) for r in total],
+                })
 
-    async def job_retry(self, params: p.JobRetryParams) -> Job | None:
-        try:
-            return await self._one("job_retry", {"id": params.id})
-        except psycopg.errors.UniqueViolation:  # another live job holds the unique key
-            raise unique_held(params.id) from None
-
-    async def job_cancel(self, params: p.JobCancelParams) -> Job | None:
-        return await self._one("job_cancel", {"id": params.id})
-
-    async def job_count_by_state(self, params: p.JobCountByStateParams) -> dict[str, int]:
-        rows = await self._fetch("job_count_by_state", {"queue": params.queue}, prepare=False)
-        return {r["state"]: int(r["n"]) for r in rows}
-
-    # -- nodes ----------------------------------------------------------------------------
-
-    async def node_upsert(self, params: p.NodeUpsertParams) -> None:
-        values = dataclasses.asdict(params)
-        values["queues"] = values.pop("queues_json")
-        values["tasks"] = values.pop("tasks_json")
-        async with self._conn(reserved=True) as conn:  # part of the heartbeat
-            await conn.execute(self._q["node_upsert"], values)
-
-    async def node_delete(self, params: p.NodeDeleteParams) -> None:
-        async with self._conn() as conn:
-            await conn.execute(self._q["node_delete"], {"id": params.id})
-
-    # -- wake-ups -------------------------------------------------------------------------
-
-    def wake_subscribe(self, callback: p.WakeCallback) -> Callable[[], None]:
-        """Subscribe; the first subscriber starts the LISTEN task on its own loop."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise RuntimeError("wake_subscribe needs a running event loop on Postgres") from None
-        unsubscribe = self._hub.subscribe(callback)
-        with self._lock:
-            self._listeners += 1
-            if self._listener is None or self._listener.done():
-                self._listener = loop.create_task(self._listen(), name="conveyor-pg-listen")
-        subscribed = True
-
-        def cancel() -> None:
-            nonlocal subscribed
-            unsubscribe()
-            with self._lock:
-                if not subscribed:
-                    return
-                subscribed = False
-                self._listeners -= 1
-            self._stop_listener(only_if_unused=True)
-
-        return cancel
-
-    def _stop_listener(self, only_if_unused: bool = False) -> asyncio.Task[None] | None:
-        """Cancel the listener from any thread; it closes its own connection."""
-        with self._lock:
-            if only_if_unused and self._listeners:
-                return None  # someone subscribed again meanwhile
-            task, self._listener = self._listener, None
-        if task is None or task.done() or task.get_loop().is_closed():
-            return None
-        task.get_loop().call_soon_threadsafe(task.cancel)
-        return task
-
-    async def _listen(self) -> None:
-        """Keep one LISTEN connection alive. After every (re)connect wake everyone:
-        notifications sent while no connection was listening are lost."""
-        delay = _BACKOFF_MIN
-        listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._config.channel))
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self._config.url, **self._connect_kwargs()
-                )
-                async with conn:
-                    await conn.execute(listen)
-                    delay = _BACKOFF_MIN
-                    self._wake("*")
-                    while True:
-                        async for note in conn.notifies(timeout=_LISTEN_PING):
-                            self._wake(note.payload)
-                        await conn.execute("SELECT 1")  # a silently dropped link shows here
-            except psycopg.Error as exc:
-                log.warning("LISTEN connection lost, retrying in %.1fs: %s",
-                            delay, self._unavailable(exc))
-            except Exception:
-                log.exception("LISTEN task failed, retrying in %.1fs", delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _BACKOFF_MAX)
-
-    def _wake(self, queue: str) -> None:
-        """A failing subscriber must not stop wake-ups for everyone else."""
-        try:
-            self._hub.notify(queue)
-        except Exception:
-            log.exception("a wake-up callback failed")
+    async def metrics_prune(self, params: MetricsPruneParams) -> int:
+        async with self._transaction() as conn:
+            values = {"before": params.before}
+            first = await conn.execute(self._q["metrics_prune"], values)
+            second = await conn.execute(self._q["metrics_depth_prune"], values)
+            return max(first.rowcount, 0) + max(second.rowcount, 0)

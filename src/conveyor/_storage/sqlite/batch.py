@@ -1,4 +1,4 @@
-"""SQLite hot paths: one ``executemany`` per batch instead of one statement per job.
+"""SQLite batch paths: one ``executemany`` per batch instead of one statement per job.
 
 All of them run inside the caller's write transaction: on the storage thread, or on
 the connection of a sync caller's own thread.
@@ -7,7 +7,7 @@ the connection of a sync caller's own thread.
   RETURNING. Their ids are contiguous: the table is ``AUTOINCREMENT``, so each new
   rowid is one more than the largest ever used, and no other writer can interleave
   while this transaction holds the write lock. The Jobs are built from what was sent.
-* Claims read tuple rows, not ``sqlite3.Row``, decoded by the caller with ``_fast``.
+* Claims read tuple rows, not ``sqlite3.Row``, decoded by the caller with ``rows.jobs_from_rows``.
 * Completed acks without an error (nearly all of them) are one ``executemany``; when
   its row count shows a fence rejected some of them, the savepoint is rolled back and
   the batch takes the exact per-row path, which reports each rejection.
@@ -19,9 +19,9 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .._job import Job
-from ._fast import jobs_from_inserts, plain_completed
-from ._protocol import JobAck, JobInsert
+from ..._job import Job
+from ..job_types import JobAck, JobInsert
+from ..rows import jobs_from_inserts, plain_completed
 
 #: Column names and tuple rows of a statement.
 Rows = tuple[list[str], list[Any]]
@@ -49,7 +49,7 @@ def insert_plain(conn: sqlite3.Connection, queries: Mapping[str, str],
 
 def claim(conn: sqlite3.Connection, sql: str, values: Mapping[str, Any]) -> Rows:
     """Run a ``... RETURNING *`` claim; the column names and the tuple rows, to be
-    decoded with ``_fast.jobs_from_rows`` off the storage thread."""
+    decoded with ``rows.jobs_from_rows`` off the storage thread."""
     cur = conn.cursor()
     cur.row_factory = None
     rows = cur.execute(sql, values).fetchall()

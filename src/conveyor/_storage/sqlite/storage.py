@@ -1,283 +1,151 @@
 """The embedded backend: one SQLite file in WAL mode, driven by one dedicated thread.
 
-Every call is one hop to that thread and one transaction there, so a batch of jobs
-costs one hop, never one per job. The sync API's inserts are the exception: they run
-on a connection of the calling thread (no hop at all), and every in-process writer
-takes one lock around its transaction. Write transactions start with BEGIN IMMEDIATE
-so that concurrent processes wait on the busy timeout instead of failing half-way.
+What is shared with every backend comes from BaseStorage; this class adds the thread
+(``connection.py``), the schema that migrates itself, the batch paths and the calls
+that run several statements in one transaction. The sync API's inserts run on a
+connection of the calling thread (no hop at all), under the same write lock.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import queue
+import json
 import sqlite3
-import threading
-import time
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+from urllib.parse import quote
 
-from .._errors import DatabaseUnavailableError, SchemaError, unique_held
-from .._job import Job
-from . import _sqlite_fast
-from ._fast import jobs_from_rows
-from ._freelist import FreeList
-from ._protocol import (
-    Capabilities,
+from ..._errors import DatabaseUnavailableError
+from ..._job import Job, JobState
+from ..base import BaseStorage, Row, changed_jobs
+from ..control_types import (
+    ConcurrencyAcquireParams,
+    LeaderElectParams,
+    LeaderRow,
+    RateGrant,
+    RateLimitAcquireParams,
+    gcra,
+)
+from ..freelist import FreeList
+from ..job_types import (
     JobAck,
     JobAckManyParams,
-    JobCancelParams,
-    JobCountByStateParams,
+    JobBulkParams,
+    JobChanged,
     JobFetchAvailableParams,
-    JobGetParams,
+    JobFilter,
     JobHeartbeatManyParams,
     JobHeartbeatResult,
     JobInsert,
     JobInsertManyParams,
-    JobListParams,
-    JobRescueExpiredParams,
-    JobRetryParams,
-    JobStageDueParams,
-    MigrateParams,
-    Migration,
-    NodeDeleteParams,
-    NodeUpsertParams,
-    StagedJob,
-    WakeCallback,
 )
-from ._queries import load_migrations, load_queries
-from ._rows import STAGED_STATES, job_from_row, sort_for_claim
-from ._sqlite_dashboard import SQLiteDashboardMixin
-from ._sqlite_flow import SQLiteFlowMixin
-from ._wake import WakeHub
+from ..metric_types import MetricsAddParams, MetricsPruneParams
+from ..rows import job_from_row, jobs_from_rows, leader_row, sort_for_claim
+from ..schema import DbHealth, DbHealthParams, MigrateParams, Migration, pending_migrations
+from ..unique import run_sync, unique_insert
+from ..wake import WakeHub
+from . import batch
+from .connection import SQLiteConfig, StorageThread, connect, split_script
 
-T = TypeVar("T")
-_STOP = object()
+Conn = sqlite3.Connection
 #: Sync enqueues writing at once from different threads (more wait for a free one).
 _CALLER_CONNECTIONS = 32
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class SQLiteConfig:
-    path: str
-    busy_timeout: float = 30.0
-    #: How often the thread checks whether another connection committed, while a worker
-    #: of this process listens (enqueue-to-start latency across processes); 0.5 s else.
-    poll_interval: float = 0.005
-
-
 def _insert_values(job: JobInsert) -> dict[str, Any]:
     return {
-        "task": job.task,
-        "queue": job.queue,
-        "args": job.args_json,
-        "kwargs": job.kwargs_json,
-        "priority": job.priority,
-        "max_attempts": job.max_attempts,
-        "tags": job.tags_json,
-        "meta": job.meta_json,
-        "delay": job.delay,
+        "task": job.task, "queue": job.queue, "args": job.args_json, "kwargs": job.kwargs_json,
+        "priority": job.priority, "max_attempts": job.max_attempts, "tags": job.tags_json,
+        "meta": job.meta_json, "delay": job.delay,
         "run_at": job.run_at.timestamp() if job.run_at is not None else None,
-        "unique_key": job.unique_key,
-        "unique_states": job.unique_states,
+        "unique_key": job.unique_key, "unique_states": job.unique_states,
         "concurrency_key": job.concurrency_key,
     }
 
 
-def _lenient_text(data: bytes) -> str:
-    return data.decode("utf-8", "replace")
-
-
-def _split_script(script: str) -> list[str]:
-    statements, current = [], ""
-    for line in script.splitlines(keepends=True):
-        current += line
-        if sqlite3.complete_statement(current):
-            if current.strip():
-                statements.append(current)
-            current = ""
-    if current.strip() and not current.strip().startswith("--"):
-        statements.append(current)
-    return statements
-
-
-class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
+class SQLiteStorage(BaseStorage):
     """Storage on one SQLite file. Example: ``SQLiteStorage(SQLiteConfig("jobs.db"), WakeHub())``"""
 
+    dialect: ClassVar[str] = "sqlite"
+    json_text: ClassVar[bool] = True
+    wake_locally: ClassVar[bool] = True
+    unique_violation: ClassVar[type[Exception]] = sqlite3.IntegrityError
+
     def __init__(self, config: SQLiteConfig, hub: WakeHub) -> None:
+        super().__init__(hub, poll_interval=max(config.poll_interval * 40, 0.2))
         self._config = config
-        self._hub = hub
-        self._q = load_queries("sqlite")
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._conn: sqlite3.Connection | None = None
-        self._data_version = 0
-        #: The sync API's own connections; in-process writers queue on ``_write_lock``
-        #: instead of meeting SQLITE_BUSY and its millisecond sleeps.
-        self._callers: FreeList[sqlite3.Connection] = FreeList(
-            self._connect, lambda conn: not conn.in_transaction, _CALLER_CONNECTIONS,
+        self._thread = StorageThread(config, hub)
+        #: The sync API's own connections, writing under the thread's write lock.
+        self._callers: FreeList[Conn] = FreeList(
+            lambda: connect(config), lambda conn: not conn.in_transaction, _CALLER_CONNECTIONS,
             lambda: DatabaseUnavailableError("no free SQLite connection for the sync enqueue"))
-        self._write_lock = threading.Lock()
-        self._capabilities = Capabilities(
-            dialect="sqlite",
-            listen_notify=False,
-            skip_locked=False,
-            poll_interval=max(config.poll_interval * 40, 0.2),
-            transactional_enqueue=True,
-        )
 
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._capabilities
+    # -- what BaseStorage asks for -------------------------------------------------------
 
-    # -- the dedicated thread -------------------------------------------------------
+    async def _read(self, name: str, values: Mapping[str, Any]) -> list[Row]:
+        sql = self._q[name]
+        return await self._thread.call(lambda c: c.execute(sql, values).fetchall())
 
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(
-                self._config.path,
-                timeout=self._config.busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-            conn.row_factory = sqlite3.Row
-            # Text that is not UTF-8 (written around the API) must not fail every read of
-            # its row, claims included: undecodable bytes become U+FFFD.
-            conn.text_factory = _lenient_text
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(f"PRAGMA busy_timeout={int(self._config.busy_timeout * 1000)}")
-            conn.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.Error as exc:
-            raise DatabaseUnavailableError(
-                f"cannot open SQLite database {self._config.path!r}: {exc}"
-            ) from exc
-        return conn
+    async def _write(self, name: str, values: Mapping[str, Any]) -> list[Row]:
+        sql = self._q[name]
+        return await self._thread.call_write(lambda c: c.execute(sql, values).fetchall())
 
-    def _serve(self) -> None:
-        conn = self._conn
-        assert conn is not None
-        while True:
-            try:
-                item = self._inbox.get(timeout=self._config.poll_interval
-                                       if self._hub.has_subscribers else 0.5)
-            except queue.Empty:
-                self._check_foreign_commits(conn)
-                continue
-            if item is _STOP:
-                conn.close()
-                return
-            fn, done = item
-            try:
-                result = fn(conn)
-            except BaseException as exc:
-                done(None, exc)
-            else:
-                done(result, None)
+    def _time(self, value: datetime) -> Any:
+        return value.timestamp()
 
-    def _check_foreign_commits(self, conn: sqlite3.Connection) -> None:
-        """Another process (or connection) committed: wake producers to look."""
-        if not self._hub.has_subscribers:
-            return
-        try:
-            version = conn.execute("PRAGMA data_version").fetchone()[0]
-        except sqlite3.Error:
-            return
-        if version != self._data_version:
-            self._data_version = version
-            self._hub.notify("*")
+    def _filter_values(self, f: JobFilter) -> dict[str, Any]:
+        """Lists become ',a,b,' (states) and JSON text (ids)."""
+        return {
+            "states": "," + ",".join(s.value for s in f.states) + "," if f.states else None,
+            "queue": f.queue, "task": f.task, "tag": f.tag, "text": f.text or None,
+            "error_key": f.error_key, "ids": json.dumps(list(f.ids)) if f.ids else None,
+            "min_id": f.min_id,
+        }
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._thread is None:
-            raise DatabaseUnavailableError("storage is not open")
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[T] = loop.create_future()
+    async def _change_matching(self, params: JobBulkParams, allowed: Sequence[JobState],
+                               update: str, extra: Mapping[str, Any]) -> list[JobChanged]:
+        values = {**self._filter_values(params.filter), "limit": params.limit,
+                  "allowed": "," + ",".join(s.value for s in allowed) + ","}
 
-        def settle(result: Any, exc: BaseException | None) -> None:
-            def apply() -> None:
-                if fut.done():
-                    return
-                if exc is not None:
-                    fut.set_exception(exc)
-                else:
-                    fut.set_result(result)
+        def run(c: Conn) -> list[JobChanged]:
+            picked = c.execute(self._q["job_pick_matching"], values).fetchall()
+            if not picked:
+                return []
+            ids = json.dumps([r["id"] for r in picked])
+            done = {r["id"] for r in c.execute(self._q[update], {"ids": ids, **extra})}
+            return changed_jobs(picked, done)
 
-            loop.call_soon_threadsafe(apply)
+        return await self._thread.call_write(run)
 
-        self._inbox.put((fn, settle))
-        return await fut
-
-    def _write(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one IMMEDIATE transaction, retrying while another process holds
-        the write lock past the busy timeout, so "database is locked" never escapes."""
-        with self._write_lock:
-            self._begin_immediate(conn)
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return result
-
-    def _begin_immediate(self, conn: sqlite3.Connection) -> None:
-        deadline = time.monotonic() + self._config.busy_timeout * 4
-        delay = 0.01
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) and "busy" not in str(exc):
-                    raise
-                if time.monotonic() > deadline:
-                    raise DatabaseUnavailableError(f"SQLite write lock unavailable: {exc}") from exc
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-
-    # -- lifecycle --------------------------------------------------------------------
+    # -- lifecycle and schema ----------------------------------------------------------------
 
     async def open(self, *, check_schema: bool = True) -> None:
         """The embedded database migrates itself: there is no operator to ask."""
-        if self._thread is not None:
+        if self._thread.running:
             return
-        self._conn = await asyncio.to_thread(self._connect)
-        self._thread = threading.Thread(target=self._serve, name="conveyor-sqlite", daemon=True)
-        self._thread.start()
+        await self._thread.start()
         if check_schema:
             await self.migrate(MigrateParams())
 
     async def close(self) -> None:
-        thread, self._thread = self._thread, None
         self._callers.close()
-        if thread is not None:
-            self._inbox.put(_STOP)
-            await asyncio.to_thread(thread.join)
+        await self._thread.stop()
 
-    # -- schema ---------------------------------------------------------------------------
-
-    def _pending(self, conn: sqlite3.Connection) -> list[Migration]:
+    def _pending(self, conn: Conn) -> list[Migration]:
         """Read-only, so that a dry run writes nothing."""
         exists = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'conveyor_migrations'"
         ).fetchone()
-        done = {row[0] for row in conn.execute("SELECT version FROM conveyor_migrations")
-                } if exists else set()
-        known = load_migrations("sqlite")
-        if done and max(done) > len(known):
-            raise SchemaError(
-                f"the database schema is at version {max(done)}, newer than this Conveyor "
-                f"knows ({len(known)}); upgrade Conveyor"
-            )
-        return [m for m in known if m.version not in done]
+        applied = [r[0] for r in conn.execute("SELECT version FROM conveyor_migrations")
+                   ] if exists else []
+        return pending_migrations(self.dialect, applied)
 
     async def schema_pending(self) -> list[Migration]:
-        return await self._call(lambda c: self._write(c, self._pending))
+        return await self._thread.call_write(self._pending)
 
     async def migrate(self, params: MigrateParams) -> list[Migration]:
-        def run(conn: sqlite3.Connection) -> list[Migration]:
+        def run(conn: Conn) -> list[Migration]:
             pending = self._pending(conn)
             if params.dry_run:
                 return pending
@@ -286,7 +154,7 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
                 "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
             )
             for migration in pending:
-                for statement in _split_script(migration.sql):
+                for statement in split_script(migration.sql):
                     conn.execute(statement)
                 conn.execute(
                     "INSERT INTO conveyor_migrations (version, name, applied_at) "
@@ -295,41 +163,57 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
                 )
             return pending
 
-        return await self._call(lambda c: self._write(c, run))
+        return await self._thread.call_write(run)
 
-    # -- jobs ---------------------------------------------------------------------------
+    async def db_health(self, params: DbHealthParams) -> DbHealth:
+        """On its own read-only connection: a database file that went away shows, where
+        the storage's open connection would still read the unlinked file."""
+        latest = len(pending_migrations(self.dialect, ()))
+        sql = self._q["schema_version"]
 
-    def _insert_rows(self, conn: sqlite3.Connection, params: JobInsertManyParams) -> list[Job]:
+        def probe() -> int:
+            uri = f"file:{quote(self._config.path, safe='/')}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=params.timeout)
+            try:
+                return int(conn.execute(sql).fetchone()[0])
+            finally:
+                conn.close()
+
+        try:
+            version = await asyncio.wait_for(asyncio.to_thread(probe), params.timeout)
+        except (sqlite3.Error, TimeoutError) as exc:
+            return DbHealth(False, None, latest, f"{type(exc).__name__}: {exc}")
+        return DbHealth(True, version, latest)
+
+    # -- jobs: the batch paths ---------------------------------------------------------------
+
+    def _insert_rows(self, conn: Conn, params: JobInsertManyParams) -> list[Job]:
         if all(job.unique_key is None for job in params.jobs):  # one executemany
-            return _sqlite_fast.insert_plain(conn, self._q, params.jobs)
-        sql, out = self._q["job_insert"], []
-        for job in params.jobs:
-            row = conn.execute(sql, _insert_values(job)).fetchone()
-            if row is None:  # a live job holds the unique key: return it instead
-                row = conn.execute(self._q["job_get_unique"], {"unique_key": job.unique_key})
-                out.append(dataclasses.replace(
-                    job_from_row(row.fetchone(), json_text=True), duplicate=True))
-            else:
-                out.append(job_from_row(row, json_text=True))
-        return out
+            return batch.insert_plain(conn, self._q, params.jobs)
+
+        def run(name: str, values: list[dict[str, Any]]) -> list[Job]:
+            found = (conn.execute(self._q[name], v).fetchone() for v in values)
+            return [job_from_row(r, json_text=True) for r in found if r is not None]
+
+        return run_sync(unique_insert(
+            params.jobs, lambda jobs: [_insert_values(j) for j in jobs],
+            lambda keys: [{"unique_key": k} for k in keys]), run)
 
     async def job_insert_many(
         self, params: JobInsertManyParams, connection: Any = None
     ) -> list[Job]:
         if connection is not None:
             return self.job_insert_many_sync(params, connection)
-        jobs = await self._call(lambda c: self._write(c, lambda c2: self._insert_rows(c2, params)))
-        for queue_name in {j.queue for j in jobs}:
-            self._hub.notify(queue_name)
+        jobs = await self._thread.call_write(lambda c: self._insert_rows(c, params))
+        self._woke(j.queue for j in jobs)
         return jobs
 
     def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
-        if self._thread is None or threading.current_thread() is self._thread:
+        if not self._thread.running or self._thread.is_current():
             raise DatabaseUnavailableError("storage is not open")
         with self._callers.connection(self._config.busy_timeout) as conn:
-            jobs = self._write(conn, lambda c: self._insert_rows(c, params))
-        for queue_name in {j.queue for j in jobs}:
-            self._hub.notify(queue_name)
+            jobs = self._thread.write(conn, lambda c: self._insert_rows(c, params))
+        self._woke(j.queue for j in jobs)
         return jobs
 
     def job_insert_many_sync(self, params: JobInsertManyParams, connection: Any) -> list[Job]:
@@ -345,154 +229,114 @@ class SQLiteStorage(SQLiteFlowMixin, SQLiteDashboardMixin):
             connection.row_factory = previous
 
     async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]:
-        values = {
-            "queue": params.queue,
-            "limit": params.limit,
-            "owner": params.owner,
-            "lease_ttl": params.lease_ttl,
-        }
-
-        def run(conn: sqlite3.Connection) -> _sqlite_fast.Rows:
-            return _sqlite_fast.claim(conn, self._q["job_fetch_available"], values)
-
+        values = {"queue": params.queue, "limit": params.limit, "owner": params.owner,
+                  "lease_ttl": params.lease_ttl}
+        sql = self._q["job_fetch_available"]
         # decoded here, not on the storage thread: it can start the next statement
-        columns, rows = await self._call(lambda c: self._write(c, run))
+        columns, rows = await self._thread.call_write(lambda c: batch.claim(c, sql, values))
         return sort_for_claim(jobs_from_rows(columns, rows, json_text=True))
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         sql = self._q["job_ack"]
 
-        def exact(conn: sqlite3.Connection, acks: Sequence[JobAck]) -> list[int]:
+        def exact(conn: Conn, acks: Sequence[JobAck]) -> list[int]:
             applied = []
             for ack in acks:
-                row = conn.execute(
-                    sql,
-                    {
-                        "id": ack.id,
-                        "lease_token": ack.lease_token,
-                        "state": ack.state.value,
-                        "delay": ack.delay,
-                        "result": ack.result_json,
-                        "error": ack.error_json,
-                        "attempt_delta": ack.attempt_delta,
-                    },
-                ).fetchone()
+                row = conn.execute(sql, {
+                    "id": ack.id, "lease_token": ack.lease_token, "state": ack.state.value,
+                    "delay": ack.delay, "result": ack.result_json, "error": ack.error_json,
+                    "attempt_delta": ack.attempt_delta,
+                }).fetchone()
                 if row is not None:
                     applied.append(row["id"])
                     if row["state"] == "available":
                         self._hub.notify(row["queue"])
             return applied
 
-        def run(conn: sqlite3.Connection) -> list[int]:  # plain completions in one statement
-            return _sqlite_fast.ack_many(conn, self._q["job_ack_completed"], params.acks,
-                                         lambda acks: exact(conn, acks))
+        def run(conn: Conn) -> list[int]:  # plain completions in one statement
+            return batch.ack_many(conn, self._q["job_ack_completed"], params.acks,
+                                  lambda acks: exact(conn, acks))
 
-        return await self._call(lambda c: self._write(c, run))
+        return await self._thread.call_write(run)
 
     async def job_heartbeat_many(self, params: JobHeartbeatManyParams) -> JobHeartbeatResult:
         sql = self._q["job_heartbeat"]
 
-        def run(conn: sqlite3.Connection) -> JobHeartbeatResult:
+        def run(conn: Conn) -> JobHeartbeatResult:
             held, cancel = set(), set()
             for lease in params.leases:
-                row = conn.execute(
-                    sql, {"id": lease.id, "lease_token": lease.lease_token,
-                          "lease_ttl": params.lease_ttl}
-                ).fetchone()
+                row = conn.execute(sql, {"id": lease.id, "lease_token": lease.lease_token,
+                                         "lease_ttl": params.lease_ttl}).fetchone()
                 if row is not None:
                     held.add(row["id"])
                     if row["cancel_requested"]:
                         cancel.add(row["id"])
             return JobHeartbeatResult(frozenset(held), frozenset(cancel))
 
-        return await self._call(lambda c: self._write(c, run))
+        return await self._thread.call_write(run)
 
-    async def job_rescue_expired(self, params: JobRescueExpiredParams) -> list[int]:
-        def run(conn: sqlite3.Connection) -> list[int]:
-            rows = conn.execute(
-                self._q["job_rescue_expired"],
-                {"limit": params.limit, "error": params.error_json, "node_ttl": params.node_ttl},
-            ).fetchall()
-            return [r["id"] for r in rows]
+    async def job_delete_by_queue(self, queue: str) -> int:
+        sql = self._q["job_delete_by_queue"]
+        return await self._thread.call_write(lambda c: c.execute(sql, {"queue": queue}).rowcount)
 
-        ids = await self._call(lambda c: self._write(c, run))
-        if ids:
-            self._hub.notify("*")
-        return ids
+    # -- several statements in one transaction ------------------------------------------------
 
-    async def job_stage_due(self, params: JobStageDueParams) -> list[StagedJob]:
-        def run(conn: sqlite3.Connection) -> list[StagedJob]:
-            staged = []
-            for previous in STAGED_STATES:
-                values = {"limit": params.limit, "from_state": previous.value}
-                for r in conn.execute(self._q["job_stage_due"], values).fetchall():
-                    staged.append(StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
-            return staged
+    async def leader_elect(self, params: LeaderElectParams) -> LeaderRow | None:
+        def run(c: Conn) -> Any:
+            c.execute(self._q["leader_elect"], {"node_id": params.node_id, "ttl": params.ttl,
+                                                "name": params.name})
+            return c.execute(self._q["leader_get"], {"name": params.name}).fetchone()
 
-        staged = await self._call(lambda c: self._write(c, run))
-        for queue_name in {j.queue for j in staged}:
-            self._hub.notify(queue_name)
-        return staged
+        row = await self._thread.call_write(run)
+        return leader_row(row) if row is not None else None
 
-    async def _one(self, name: str, values: dict[str, Any], write: bool) -> Job | None:
-        def run(conn: sqlite3.Connection) -> Job | None:
-            row = conn.execute(self._q[name], values).fetchone()
-            return job_from_row(row, json_text=True) if row is not None else None
+    async def rate_limit_acquire(self, params: RateLimitAcquireParams) -> list[RateGrant]:
+        """BEGIN IMMEDIATE serialises limit checks across processes sharing the file."""
+        def run(c: Conn) -> list[RateGrant]:
+            now = c.execute(self._q["clock_now"]).fetchone()["now"]
+            grants = []
+            for request in params.requests:
+                row = c.execute(self._q["rate_limit_lock"], {"key": request.key}).fetchone()
+                granted, tat, wait = gcra(row["tat"] if row else None, now, request)
+                if granted:
+                    c.execute(self._q["rate_limit_set"], {"key": request.key, "tat": tat})
+                grants.append(RateGrant(granted, wait))
+            return grants
 
-        if write:
-            return await self._call(lambda c: self._write(c, run))
-        return await self._call(run)
+        return await self._thread.call_write(run)
 
-    async def job_get(self, params: JobGetParams) -> Job | None:
-        return await self._one("job_get", {"id": params.id}, write=False)
+    async def job_concurrency_acquire(self, params: ConcurrencyAcquireParams) -> frozenset[int]:
+        def run(c: Conn) -> frozenset[int]:
+            granted: set[int] = set()
+            for group in sorted(params.groups, key=lambda g: g.key):
+                c.execute(self._q["concurrency_lock"], {"key": group.key})
+                held = c.execute(self._q["concurrency_count"], {"key": group.key}).fetchone()["n"]
+                for job_id, token in group.leases[: max(group.limit - held, 0)]:
+                    row = c.execute(
+                        self._q["concurrency_grant"], {"id": job_id, "lease_token": token}
+                    ).fetchone()
+                    if row is not None:
+                        granted.add(job_id)
+            return frozenset(granted)
 
-    async def job_list(self, params: JobListParams) -> list[Job]:
-        values = {
-            "state": params.state.value if params.state else None,
-            "queue": params.queue,
-            "task": params.task,
-            "before_id": params.before_id,
-            "limit": params.limit,
-        }
+        return await self._thread.call_write(run)
 
-        def run(conn: sqlite3.Connection) -> list[Job]:
-            rows = conn.execute(self._q["job_list"], values).fetchall()
-            return [job_from_row(r, json_text=True) for r in rows]
+    async def metrics_add(self, params: MetricsAddParams) -> None:
+        minute = [{"bucket": r.bucket, "queue": r.queue, "task": r.task, "metric": r.metric,
+                   "value": r.value} for r in params.rows if r.bucket is not None]
+        total = [{"queue": r.queue, "task": r.task, "metric": r.metric, "value": r.value}
+                 for r in params.rows if r.bucket is None]
 
-        return await self._call(run)
+        def run(c: Conn) -> None:
+            c.executemany(self._q["metrics_add"], minute)
+            c.executemany(self._q["metrics_total_add"], total)
 
-    async def job_retry(self, params: JobRetryParams) -> Job | None:
-        try:
-            job = await self._one("job_retry", {"id": params.id}, write=True)
-        except sqlite3.IntegrityError:  # the unique index: another live job holds the key
-            raise unique_held(params.id) from None
-        if job is not None:
-            self._hub.notify(job.queue)
-        return job
+        await self._thread.call_write(run)
 
-    async def job_cancel(self, params: JobCancelParams) -> Job | None:
-        return await self._one("job_cancel", {"id": params.id}, write=True)
+    async def metrics_prune(self, params: MetricsPruneParams) -> int:
+        def run(c: Conn) -> int:
+            values = {"before": params.before}
+            n = c.execute(self._q["metrics_prune"], values).rowcount
+            return n + c.execute(self._q["metrics_depth_prune"], values).rowcount
 
-    async def job_count_by_state(self, params: JobCountByStateParams) -> dict[str, int]:
-        def run(conn: sqlite3.Connection) -> dict[str, int]:
-            rows = conn.execute(self._q["job_count_by_state"], {"queue": params.queue})
-            return {r["state"]: r["n"] for r in rows}
-
-        return await self._call(run)
-
-    # -- nodes ----------------------------------------------------------------------------
-
-    async def node_upsert(self, params: NodeUpsertParams) -> None:
-        values = dataclasses.asdict(params)
-        values["queues"] = values.pop("queues_json")
-        values["tasks"] = values.pop("tasks_json")
-        await self._call(lambda c: self._write(c, lambda c2: c2.execute(self._q["node_upsert"],
-                                                                         values)))
-
-    async def node_delete(self, params: NodeDeleteParams) -> None:
-        await self._call(
-            lambda c: self._write(c, lambda c2: c2.execute(self._q["node_delete"], {"id": params.id}))
-        )
-
-    def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
-        return self._hub.subscribe(callback)
+        return await self._thread.call_write(run)

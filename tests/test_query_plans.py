@@ -21,6 +21,7 @@ from conveyor._storage import load_queries
 WHOLE_TABLE = {
     "job_count_by_state": "counts every row by state (an explicit, rare request)",
     "job_list": "walks ids newest first and stops at the page size",
+    "job_delete_by_queue": "deletes a whole queue (benchmark cleanup, rare)",
 }
 
 #: The statements of the hot path and the maintenance loops, checked on PostgreSQL.

@@ -211,6 +211,19 @@ def test_rescue_returns_expired_jobs_and_counts_the_attempt(app: Conveyor) -> No
     run(app, body)
 
 
+def test_delete_by_queue_removes_every_job_of_that_queue_only(app: Conveyor) -> None:
+    async def body(s: Storage) -> None:
+        await s.job_insert_many(JobInsertManyParams(
+            [ins(queue="bench"), ins(queue="bench", delay=60), ins(queue="bench"), ins()]))
+        await s.job_fetch_available(fetch(queue="bench", limit=1))  # one of them running
+        assert await s.job_delete_by_queue("bench") == 3
+        assert await s.job_count_by_state(JobCountByStateParams(queue="bench")) == {}
+        assert await s.job_count_by_state(JobCountByStateParams()) == {"available": 1}
+        assert await s.job_delete_by_queue("bench") == 0
+
+    run(app, body)
+
+
 def test_cancel_requested_turns_a_retry_into_cancelled(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
         await s.job_insert_many(JobInsertManyParams([ins()]))

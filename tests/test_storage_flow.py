@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from datetime import UTC, datetime, timedelta
+
+import psycopg
 
 from conveyor import Conveyor, JobState
 from conveyor._storage import (
@@ -18,6 +21,7 @@ from conveyor._storage import (
     JobInsertManyParams,
     JobListParams,
     JobPruneParams,
+    JobRescueExpiredParams,
     LeaderElectParams,
     LeaderResignParams,
     NodeListParams,
@@ -70,6 +74,43 @@ def test_nodes_are_listed_with_liveness(app: Conveyor) -> None:
         assert node.queues == {"default": 5} and node.tasks == ["a", "b"] and node.alive
         (node,) = await s.node_list(NodeListParams(live_within=-1))
         assert not node.alive
+
+    run(app, body)
+
+
+def _backdate_heartbeat(db_url: str, node_id: str, seconds: float) -> None:
+    """Make a node's last heartbeat ``seconds`` older, behind the storage's back."""
+    if db_url.startswith("sqlite:///"):
+        conn = sqlite3.connect(db_url[len("sqlite:///"):], timeout=30)
+        with conn:
+            conn.execute("UPDATE conveyor_nodes SET heartbeat_at = heartbeat_at - ? WHERE id = ?",
+                         (seconds, node_id))
+        conn.close()
+        return
+    with psycopg.connect(db_url, autocommit=True) as pg:
+        pg.execute("UPDATE conveyor_nodes SET heartbeat_at = heartbeat_at - %s * interval '1 second'"
+                   " WHERE id = %s", (seconds, node_id))
+
+
+def test_each_node_is_alive_for_its_own_ttl(app: Conveyor, db_url: str) -> None:
+    """A node with ttl 60 silent for 20 s is alive and keeps its jobs; one with ttl 5 is
+    dead, its running jobs rescued, and pruned once past both its ttl and the age."""
+    async def body(s: Storage) -> None:
+        await s.node_upsert(NodeUpsertParams("slow", "host", 1, "{}", ttl=60))
+        await s.node_upsert(NodeUpsertParams("fast", "host", 2, "{}", ttl=5))
+        await s.job_insert_many(JobInsertManyParams([ins(), ins()]))
+        (on_slow,) = await s.job_fetch_available(fetch(limit=1, ttl=300, owner="slow"))
+        (on_fast,) = await s.job_fetch_available(fetch(limit=1, ttl=300, owner="fast"))
+        for node in ("slow", "fast"):
+            await asyncio.to_thread(_backdate_heartbeat, db_url, node, 20)
+        nodes = {n.id: n for n in await s.node_list(NodeListParams())}
+        assert (nodes["slow"].ttl, nodes["slow"].alive) == (60, True)
+        assert (nodes["fast"].ttl, nodes["fast"].alive) == (5, False)
+        assert all(n.alive for n in await s.node_list(NodeListParams(live_within=30)))
+        assert await s.job_rescue_expired(JobRescueExpiredParams()) == [on_fast.id]
+        assert await s.job_rescue_expired(JobRescueExpiredParams(node_ttl=10)) == [on_slow.id]
+        await s.job_prune(JobPruneParams(completed_age=3600, discarded_age=3600, node_age=10))
+        assert [n.id for n in await s.node_list(NodeListParams())] == ["slow"]
 
     run(app, body)
 

@@ -5,7 +5,7 @@ the batch paths (column arrays, tuple rows) and the calls that need one transact
 several statements (they lock what they count, so any number of processes together
 never exceed a limit). Every other call is one statement on an autocommit pooled
 connection. Postgres never migrates on open: changing a shared schema is an operator's
-decision, made with ``conveyor migrate``.
+decision, made with ``conveyor migrate`` (``schema.py``).
 """
 
 from __future__ import annotations
@@ -51,14 +51,12 @@ from ..rows import job_from_row, leader_row, sort_for_claim
 from ..schema import DbHealth, DbHealthParams, MigrateParams, Migration, pending_migrations
 from ..unique import run_async, run_sync, unique_insert
 from ..wake import WakeCallback, WakeHub
-from . import batch
+from . import batch, schema
 from .connection import Errors, PostgresConfig, configure, connect_kwargs
 from .listener import Listener
 
 Conn = psycopg.AsyncConnection[DictRow]
 _CHANNEL = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-#: Serialises concurrent ``conveyor migrate`` runs across every process ("conv").
-_MIGRATE_LOCK = 0x636F6E76
 #: Hot statements (claim, ack, heartbeat) are prepared after this many uses.
 _PREPARE_THRESHOLD = 5
 #: (query parameter, attribute) pairs sent as one array per column.
@@ -228,13 +226,8 @@ class PostgresStorage(BaseStorage):
     async def _check_schema(self) -> None:
         """Refuse to run on a missing or old schema instead of failing mid-job later."""
         async with self._conn() as conn:
-            cur = await conn.execute("SELECT to_regclass('conveyor_migrations') IS NULL AS missing")
-            row = await cur.fetchone()
-            applied: list[int] = []
-            if row is not None and not row["missing"]:
-                cur = await conn.execute("SELECT version FROM conveyor_migrations")
-                applied = [r["version"] for r in await cur.fetchall()]
-        if pending := pending_migrations(self.dialect, applied):
+            done = await schema.applied(conn)
+        if pending := pending_migrations(self.dialect, done):
             raise SchemaError(
                 f"the Conveyor schema in {self._errors.where()} is missing or outdated "
                 f"({len(pending)} migration(s) pending); run `conveyor migrate` first"
@@ -245,40 +238,10 @@ class PostgresStorage(BaseStorage):
 
     async def migrate(self, params: MigrateParams) -> list[Migration]:
         async with self._transaction() as conn:
-            await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATE_LOCK])
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS conveyor_migrations (version integer PRIMARY KEY, "
-                "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            cur = await conn.execute("SELECT version FROM conveyor_migrations")
-            pending = pending_migrations(self.dialect, [r["version"] for r in await cur.fetchall()])
-            if params.dry_run:
-                return pending
-            for migration in pending:
-                # No parameters, so psycopg sends the whole multi-statement file at once.
-                await conn.execute(migration.sql, prepare=False)
-                await conn.execute(
-                    "INSERT INTO conveyor_migrations (version, name) VALUES (%s, %s)",
-                    [migration.version, migration.name],
-                )
-            return pending
+            return await schema.migrate(conn, params)
 
     async def db_health(self, params: DbHealthParams) -> DbHealth:
-        """On its own connection: it answers quickly (and truthfully) while the pool
-        would wait."""
-        latest = len(pending_migrations(self.dialect, ()))
-        try:
-            async with asyncio.timeout(params.timeout):
-                conn = await psycopg.AsyncConnection.connect(
-                    self._config.url, **connect_kwargs(self._config))
-                async with conn:
-                    cur = await conn.execute(self._q["schema_version"], prepare=False)
-                    row = await cur.fetchone()
-        except psycopg.errors.UndefinedTable:
-            return DbHealth(True, 0, latest)
-        except (psycopg.Error, TimeoutError, OSError) as exc:
-            return DbHealth(False, None, latest, str(self._errors.unavailable(exc)))
-        return DbHealth(True, int(row[0]) if row is not None else 0, latest)
+        return await schema.health(self._config, self._errors, self._q["schema_version"], params)
 
     # -- jobs: the batch paths ---------------------------------------------------------------
 

@@ -57,10 +57,14 @@ class WorkerConfig:
     #: A claimed job belongs to this worker until now + lease_ttl; heartbeats extend it.
     lease_ttl: float = _field(30.0, "seconds a claimed job belongs to this worker; heartbeats extend it")
     #: Also how fast a cancel reaches a running job on another process.
-    heartbeat_interval: float = _field(2.0, "seconds between heartbeats; also how fast a cancel reaches a job")
-    rescue_interval: float = _field(5.0, "seconds between passes returning jobs of dead workers to their queue")
-    stage_interval: float = _field(0.5, "seconds between passes making due scheduled and retryable jobs available")
-    shutdown_timeout: float = _field(30.0, "seconds running jobs get to finish at shutdown before being given back")
+    heartbeat_interval: float = _field(
+        2.0, "seconds between heartbeats; also how fast a cancel reaches a job")
+    rescue_interval: float = _field(
+        5.0, "seconds between passes returning jobs of dead workers to their queue")
+    stage_interval: float = _field(
+        0.5, "seconds between passes making due scheduled and retryable jobs available")
+    shutdown_timeout: float = _field(
+        30.0, "seconds running jobs get to finish at shutdown before being given back")
     #: Exit once every queue is empty and nothing runs.
     burst: bool = _field(False, "exit once every queue is empty and nothing runs")
     #: Threads for sync handlers; defaults to the total concurrency.
@@ -80,7 +84,8 @@ class WorkerConfig:
     #: Discarded jobs are kept longer, for inspection and manual retry.
     discarded_retention: float = _field(7 * 86_400.0, "seconds discarded jobs are kept")
     #: Per-minute metric rollups (dashboard charts) are kept this long; 0 turns them off.
-    metrics_retention: float = _field(7 * 86_400.0, "seconds per-minute metric rollups are kept; 0 turns them off")
+    metrics_retention: float = _field(
+        7 * 86_400.0, "seconds per-minute metric rollups are kept; 0 turns them off")
     metrics_interval: float = _field(5.0, "seconds between metric flushes")
 
     def __post_init__(self) -> None:

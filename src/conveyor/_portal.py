@@ -1,10 +1,17 @@
-"""The sync API's one bridge to the async core: a private event loop on a thread."""
+"""The sync API's one bridge to the async core: a private event loop on a thread.
+
+A script that never calls ``close()`` must still exit silently: at interpreter exit
+the portal runs its cleanup (closing the connections) on its loop, then stops it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import threading
-from collections.abc import Coroutine
+import weakref
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -16,7 +23,9 @@ class Portal:
     Example: ``Portal().call(app.get_job_async(1))``
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cleanup: Callable[[], Coroutine[Any, Any, None]] | None = None) -> None:
+        #: Run on the loop before it stops (the app closes its connections there).
+        self._cleanup = cleanup
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -36,6 +45,7 @@ class Portal:
                 self._thread.start()
                 ready.wait()
                 self._loop = loop
+                atexit.register(_stop_at_exit, weakref.ref(self))
             return self._loop
 
     @property
@@ -49,11 +59,24 @@ class Portal:
             raise RuntimeError("a sync Conveyor method was called from inside its own loop")
         return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 10.0) -> None:
+        """Run the cleanup on the loop, then stop it and its thread (idempotent)."""
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
-        if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=5)
+        if loop is None or thread is None:
+            return
+        if self._cleanup is not None and threading.current_thread() is not thread:
+            future = asyncio.run_coroutine_threadsafe(self._cleanup(), loop)
+            with contextlib.suppress(Exception):
+                future.result(timeout)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        if not thread.is_alive():
             loop.close()
+
+
+def _stop_at_exit(ref: weakref.ref[Portal]) -> None:
+    portal = ref()
+    if portal is not None:
+        portal.stop()

@@ -17,8 +17,8 @@ import pytest
 from conveyor import JobState
 from conveyor._context import JobContext
 from conveyor._payload import encode_arguments, encode_result, storable
-from conveyor._runtime._executor import Execution
-from conveyor._runtime._services import Heartbeat
+from conveyor._runtime.executor import Execution
+from conveyor._runtime.heartbeat import Heartbeat
 from conveyor._storage import (
     JobFetchAvailableParams,
     JobHeartbeatManyParams,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures.thread
 import contextlib
 import threading
 import weakref
@@ -45,7 +46,7 @@ class Portal:
                 self._thread.start()
                 ready.wait()
                 self._loop = loop
-                atexit.register(_stop_at_exit, weakref.ref(self))
+                _at_exit(_stop_at_exit, weakref.ref(self))
             return self._loop
 
     @property
@@ -74,6 +75,15 @@ class Portal:
         thread.join(timeout=5)
         if not thread.is_alive():
             loop.close()
+
+
+def _at_exit(call: Callable[[weakref.ref[Portal]], None], ref: weakref.ref[Portal]) -> None:
+    """Run ``call`` at exit before the thread pools stop taking work (closing a
+    connection uses one): threading's own exit hooks run in reverse order of
+    registration, and concurrent.futures registered its hook at import, above."""
+    register: Callable[..., Any] = getattr(threading, "_register_atexit", atexit.register)
+    assert concurrent.futures.thread  # imported for its exit hook's order
+    register(call, ref)
 
 
 def _stop_at_exit(ref: weakref.ref[Portal]) -> None:

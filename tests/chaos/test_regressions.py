@@ -17,6 +17,7 @@ import pytest
 from conveyor import JobState
 from conveyor._context import JobContext
 from conveyor._payload import encode_arguments, encode_result, storable
+from conveyor import WorkerConfig
 from conveyor._runtime.executor import Execution
 from conveyor._runtime.heartbeat import Heartbeat
 from conveyor._storage import (
@@ -55,7 +56,8 @@ def test_heartbeat_leaves_finished_executions_alone() -> None:
 
         ex.task = asyncio.ensure_future(done())
         await ex.task
-        beat = Heartbeat(cast(Any, Storage()), "node", {"q": 1}, lambda: [ex], 1.0, 5.0)
+        beat = Heartbeat(cast(Any, Storage()), "node", {"q": 1}, lambda: [ex], 1.0, 5.0,
+                         node_ttl=WorkerConfig().node_ttl)
         result: tuple[int, int] = await beat.run_once()
         assert ex.stop_reason is None and not ex.ctx.cancelled
         return result

@@ -33,7 +33,8 @@ class Heartbeat(Service):
         interval: float,
         lease_ttl: float,
         tasks: Sequence[str] = (),
-        node_ttl: float = 15.0,
+        *,
+        node_ttl: float,
     ) -> None:
         self._storage = storage
         self._executions = executions
@@ -43,7 +44,7 @@ class Heartbeat(Service):
             id=node_id, hostname=socket.gethostname(), pid=os.getpid(),
             queues_json=json.dumps(dict(queues)), tasks_json=json.dumps(sorted(tasks)),
             # TODO(lead): add ttl=node_ttl once storage's NodeUpsertParams has the field
-            # (each node stores its own ttl); until then nodes use storage's 15.0.
+            # (each node stores its own ttl); until then nodes use storage's default.
         )
         self.node_ttl = node_ttl
 

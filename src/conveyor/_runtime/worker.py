@@ -75,7 +75,7 @@ class Worker:
         self.heartbeat = Heartbeat(storage, self.node_id, config.queues,
                                    lambda: list(self._executions.values()),
                                    config.heartbeat_interval, config.lease_ttl,
-                                   list(registry.tasks), config.node_ttl)
+                                   list(registry.tasks), node_ttl=config.node_ttl)
         self.settings = QueueSettings(storage, self.node_id, self.producers,
                                       config.settings_interval)
         self.leader = LeaderElector(storage, self.node_id, config.leader_ttl)

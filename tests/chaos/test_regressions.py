@@ -14,10 +14,9 @@ from typing import Any, cast
 
 import pytest
 
-from conveyor import JobState
+from conveyor import JobState, WorkerConfig
 from conveyor._context import JobContext
 from conveyor._payload import encode_arguments, encode_result, storable
-from conveyor import WorkerConfig
 from conveyor._runtime.executor import Execution
 from conveyor._runtime.heartbeat import Heartbeat
 from conveyor._storage import (

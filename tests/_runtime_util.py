@@ -26,7 +26,7 @@ async def run_worker_until(
     during: Callable[[Worker], Awaitable[None]] | None = None,
 ) -> Worker:
     """Start a worker, optionally act while it runs, stop it once ``done()`` holds."""
-    worker = Worker(app, await app.storage(), config)
+    worker = Worker(app.registry, await app.storage(), config)
     task = asyncio.create_task(worker.run())
     try:
         if during is not None:

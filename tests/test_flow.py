@@ -253,7 +253,7 @@ def test_pruner_deletes_old_finished_jobs_in_batches(app: Conveyor) -> None:
     async def main() -> None:
         await app.enqueue_many_async([noop.job(i) for i in range(25)])
         await run_worker_until(app, all_final(app))
-        from conveyor._runtime._flow import Pruner
+        from conveyor._runtime.pruner import Pruner
 
         pruner = Pruner(await app.storage(), None, 60, completed_age=-1, discarded_age=-1, batch=10)
         assert await pruner.run_once() == 25
@@ -305,7 +305,7 @@ def test_explain_says_when_a_job_is_next_or_behind(app: Conveyor) -> None:
     async def main() -> None:
         a, b = await app.enqueue_many_async([work.job(1), work.job(2)])
         config = dataclasses.replace(FAST, queues={"default": 1})
-        worker = Worker(app, await app.storage(), config)
+        worker = Worker(app.registry, await app.storage(), config)
         await worker.heartbeat.run_once()  # registered, but not fetching
         ahead = await app.explain_job_async(b.id)
         assert ahead.reasons == [] and "1 job(s) are ahead" in ahead.notes[0]

@@ -349,7 +349,8 @@ def test_a_handlers_own_timeout_error_is_an_ordinary_failure(app: Conveyor) -> N
 
 
 def test_rescued_and_staged_jobs_are_reported_to_state_change_listeners(app: Conveyor) -> None:
-    from conveyor._runtime._services import Rescuer, Stager
+    from conveyor._runtime.rescuer import Rescuer
+    from conveyor._runtime.stager import Stager
     from conveyor._storage import JobFetchAvailableParams
 
     seen: list[Any] = []
@@ -362,7 +363,7 @@ def test_rescued_and_staged_jobs_are_reported_to_state_change_listeners(app: Con
         job = await lost.enqueue_async()
         storage = await app.storage()
         await storage.job_fetch_available(JobFetchAvailableParams("default", 1, "gone", 0.01))
-        rescuer = Rescuer(storage, 1.0, hooks=app.hooks)
+        rescuer = Rescuer(await app.storage_for("rescuer"), 1.0)
         deadline = time.monotonic() + 5
         while not await rescuer.run_once():
             assert time.monotonic() < deadline, "lease never expired"
@@ -371,7 +372,7 @@ def test_rescued_and_staged_jobs_are_reported_to_state_change_listeners(app: Con
         assert [(c.job_id, c.previous, c.state) for c in rescued] == [
             (job.id, JobState.RUNNING, JobState.AVAILABLE)]
         later = await lost.options(delay=0.01).enqueue_async()
-        stager = Stager(storage, 1.0, hooks=app.hooks)
+        stager = Stager(await app.storage_for("stager"), 1.0)
         while not await stager.run_once():
             assert time.monotonic() < deadline + 5, "never due"
             await asyncio.sleep(0.02)
@@ -384,7 +385,7 @@ def test_rescued_and_staged_jobs_are_reported_to_state_change_listeners(app: Con
 
 
 def test_an_outcome_the_database_refuses_does_not_wedge_the_acker(app: Conveyor) -> None:
-    from conveyor._runtime._acker import Acker
+    from conveyor._runtime.acker import Acker
     from conveyor._storage import JobAck, JobFetchAvailableParams
 
     @app.task

@@ -15,8 +15,7 @@ Example::
     send_email.enqueue("a@b.c", subject="hi")
 """
 
-from ._app import Conveyor
-from ._app_flow import QueueInfo, ScheduleInfo, ScheduleNotFoundError
+from ._app import Conveyor, QueueInfo, ScheduleInfo, ScheduleNotFoundError
 from ._config import ConveyorConfig, WorkerConfig
 from ._context import JobContext, current_job
 from ._cron import Schedule

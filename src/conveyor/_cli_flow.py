@@ -11,8 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from . import cli as root
-from ._app import Conveyor
-from ._app_flow import QueueInfo, ScheduleInfo
+from ._app import Conveyor, QueueInfo, ScheduleInfo
 from ._cli_jobs import console, print_json, when
 from ._cli_worker import open_app
 

@@ -5,8 +5,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
+from typing import TypeVar
 
 DEFAULT_URL = "sqlite:///conveyor.db"
+T = TypeVar("T")
+
+
+def _field(default: T, help_text: str) -> T:
+    """A worker setting with its one-line help (read by the CLI)."""
+    return dataclasses.field(default=default, metadata={"help": help_text})
 
 
 def url_from_env() -> str:
@@ -38,37 +45,48 @@ class WorkerConfig:
     """Settings of one worker process.
 
     Example: ``await app.run_worker(config=WorkerConfig(queues={"mail": 5}, burst=True))``
+
+    Every field has a one-line ``metadata["help"]``: ``conveyor worker`` makes its flags
+    from ``dataclasses.fields(WorkerConfig)``.
     """
 
-    queues: Mapping[str, int] = dataclasses.field(default_factory=lambda: {"default": 10})
+    queues: Mapping[str, int] = dataclasses.field(
+        default_factory=lambda: {"default": 10},
+        metadata={"help": "queues to serve, each with its concurrency (name=N)"},
+    )
     #: A claimed job belongs to this worker until now + lease_ttl; heartbeats extend it.
-    lease_ttl: float = 30.0
+    lease_ttl: float = _field(30.0, "seconds a claimed job belongs to this worker; heartbeats extend it")
     #: Also how fast a cancel reaches a running job on another process.
-    heartbeat_interval: float = 2.0
-    rescue_interval: float = 5.0
-    stage_interval: float = 0.5
-    shutdown_timeout: float = 30.0
+    heartbeat_interval: float = _field(
+        2.0, "seconds between heartbeats; also how fast a cancel reaches a job")
+    rescue_interval: float = _field(
+        5.0, "seconds between passes returning jobs of dead workers to their queue")
+    stage_interval: float = _field(
+        0.5, "seconds between passes making due scheduled and retryable jobs available")
+    shutdown_timeout: float = _field(
+        30.0, "seconds running jobs get to finish at shutdown before being given back")
     #: Exit once every queue is empty and nothing runs.
-    burst: bool = False
+    burst: bool = _field(False, "exit once every queue is empty and nothing runs")
     #: Threads for sync handlers; defaults to the total concurrency.
-    sync_threads: int | None = None
+    sync_threads: int | None = _field(None, "threads for sync handlers (default: the total concurrency)")
     #: Largest number of jobs claimed in one round trip.
-    fetch_limit: int = 500
+    fetch_limit: int = _field(500, "largest number of jobs claimed in one round trip")
     #: A node silent for this long is dead: its jobs are rescued, its share rebalanced.
-    node_ttl: float = 15.0
+    node_ttl: float = _field(15.0, "seconds of silence after which this node counts as dead")
     #: The leader's lease; a dead leader is replaced within it.
-    leader_ttl: float = 15.0
-    cron_interval: float = 1.0
+    leader_ttl: float = _field(15.0, "seconds of the leader's lease; a dead leader is replaced within it")
+    cron_interval: float = _field(1.0, "seconds between passes of the cron scheduler (on the leader)")
     #: How often queue settings (pause, concurrency, rate) are read from the database.
-    settings_interval: float = 1.0
-    prune_interval: float = 60.0
+    settings_interval: float = _field(1.0, "seconds between reads of live queue settings (pause, limits)")
+    prune_interval: float = _field(60.0, "seconds between passes of the pruner (on the leader)")
     #: Completed and cancelled jobs are deleted after this many seconds.
-    completed_retention: float = 86_400.0
+    completed_retention: float = _field(86_400.0, "seconds completed and cancelled jobs are kept")
     #: Discarded jobs are kept longer, for inspection and manual retry.
-    discarded_retention: float = 7 * 86_400.0
+    discarded_retention: float = _field(7 * 86_400.0, "seconds discarded jobs are kept")
     #: Per-minute metric rollups (dashboard charts) are kept this long; 0 turns them off.
-    metrics_retention: float = 7 * 86_400.0
-    metrics_interval: float = 5.0
+    metrics_retention: float = _field(
+        7 * 86_400.0, "seconds per-minute metric rollups are kept; 0 turns them off")
+    metrics_interval: float = _field(5.0, "seconds between metric flushes")
 
     def __post_init__(self) -> None:
         if not self.queues:

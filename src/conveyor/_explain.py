@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._errors import JobNotFoundError
 from ._job import Job, JobState
@@ -18,11 +19,7 @@ from ._storage import (
     RateLimitGetParams,
     Storage,
 )
-
-if TYPE_CHECKING:
-    from ._task import Task
-
-NODE_TTL = 15.0
+from ._task import Task
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -100,7 +97,8 @@ async def _limits(task: Task[Any, Any] | None, job: Job, queue: QueueRow | None,
     return out
 
 
-async def explain(app: Any, storage: Storage, job_id: int) -> Explanation:
+async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id: int) -> Explanation:
+    """Read what concerns the job (its row, its queue, the live nodes, its limits)."""
     job = await storage.job_get(JobGetParams(job_id))
     if job is None:
         raise JobNotFoundError(f"no job with id {job_id}")
@@ -119,13 +117,13 @@ async def explain(app: Any, storage: Storage, job_id: int) -> Explanation:
     queue = next((q for q in await storage.queue_list() if q.name == job.queue), None)
     if queue is not None and queue.paused:
         reasons.append(f"queue {job.queue!r} is paused (conveyor queues resume {job.queue})")
-    serving = [n for n in await storage.node_list(NodeListParams(NODE_TTL))
+    serving = [n for n in await storage.node_list(NodeListParams())
                if n.alive and job.queue in n.queues]
     if not serving:
         reasons.append(f"no live worker serves queue {job.queue!r}")
     elif not any(job.task in n.tasks for n in serving):
         reasons.append(f"no live worker serving queue {job.queue!r} knows task {job.task!r}")
-    reasons += await _limits(app.tasks.get(job.task), job, queue, storage, now)
+    reasons += await _limits(tasks.get(job.task), job, queue, storage, now)
     if job.state == JobState.AVAILABLE and not reasons:
         ahead = await storage.job_count_ahead(JobCountAheadParams(job.id))
         notes.insert(0, "nothing holds it back: it is next" if ahead == 0 else

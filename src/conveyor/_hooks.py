@@ -26,7 +26,6 @@ from typing import Any
 
 from ._context import JobContext
 from ._job import Job, JobState
-from ._storage import JobGetParams, JobInsert, Storage
 
 log = logging.getLogger("conveyor.hooks")
 
@@ -39,7 +38,7 @@ StateListener = Callable[["StateChange"], None]
 EnqueueHook = Callable[[str, dict[str, Any]], None]
 
 #: Where a change came from.
-SOURCES = ("enqueue", "worker", "stager", "rescuer", "api", "dashboard")
+SOURCES = ("enqueue", "worker", "stager", "rescuer", "cron", "api", "dashboard")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,52 +112,17 @@ class Hooks:
         if self.listeners:
             self.emit(job_change(job, previous, source) for job in jobs)
 
-    async def state_before(self, storage: Storage, job_id: int) -> JobState | None:
-        """The job's state before an API change; only read when someone listens."""
-        if not self.listeners:
-            return None
-        job = await storage.job_get(JobGetParams(job_id))
-        return job.state if job is not None else None
-
     def changed(self, job: Job | None, previous: JobState | None, source: str) -> None:
         """An API change returned ``job``; emit it if its state really changed."""
         if job is not None and self.listeners and job.state != previous:
             self.emit([job_change(job, previous, source)])
 
-    def prepare(self, insert: JobInsert) -> JobInsert:
-        """Let enqueue hooks add to the job's meta (it stays JSON)."""
-        if not self.enqueue_hooks:
-            return insert
-        meta = json.loads(insert.meta_json)
+    def prepare_meta(self, task: str, meta_json: str) -> str:
+        """Let enqueue hooks add to a job's meta (it stays JSON); runs only if any."""
+        meta = json.loads(meta_json)
         for hook in self.enqueue_hooks:
-            hook(insert.task, meta)
-        return dataclasses.replace(insert, meta_json=json.dumps(meta, separators=(",", ":")))
-
-
-class Observable:
-    """The hook registration methods of ``Conveyor`` (a mixin)."""
-
-    hooks: Hooks
-
-    def add_middleware(self, middleware: Middleware) -> Middleware:
-        """Wrap every job execution in ``middleware``; usable as a decorator.
-
-        Example::
-
-            @app.add_middleware
-            async def traced(job: JobContext, call_next):
-                with tracer.start_as_current_span(job.task):
-                    return await call_next()
-        """
-        return self.hooks.add_middleware(middleware)
-
-    def on_state_change(self, listener: StateListener) -> StateListener:
-        """Call ``listener(change)`` after every persisted transition of a job: enqueue,
-        claim, each outcome, and retries, cancels and discards by the API or dashboard.
-
-        Example: ``app.on_state_change(lambda c: print(c.job_id, c.state))``
-        """
-        return self.hooks.add_listener(listener)
+            hook(task, meta)
+        return json.dumps(meta, separators=(",", ":"))
 
 
 def job_change(job: Job, previous: JobState | None, source: str) -> StateChange:

@@ -27,16 +27,22 @@ class JobState(StrEnum):
         return self in FINAL_STATES
 
 
+# The sets of states, defined here once; storage, the CLI and the dashboard import them.
+#: A job in one of these is done: it runs again only if retried.
 FINAL_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.DISCARDED})
 #: States a job waits or runs in; their counts are exact, and are the queue depth.
 ACTIVE_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
-#: States the stager moves to available when due, one query each.
+#: States that wait for a time (a delay or a backoff); the stager makes them available.
 STAGED_STATES = (JobState.SCHEDULED, JobState.RETRYABLE)
-#: States a retry applies to (one job or in bulk).
+#: States a job waits to start in (not yet running, not final).
+WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
+#: States ``retry`` (one job or in bulk) applies to.
 RETRYABLE_FROM = (JobState.SCHEDULED, JobState.RETRYABLE, JobState.COMPLETED,
                   JobState.CANCELLED, JobState.DISCARDED)
-#: States an operator may discard from (a running job is cancelled instead).
-DISCARDABLE_FROM = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
+#: States an operator may discard or cancel at once from (a running job is asked to stop).
+DISCARDABLE_FROM = WAITING_STATES
+#: States that record a failed attempt (the dashboard's failures page).
+FAILED_STATES = (JobState.RETRYABLE, JobState.DISCARDED)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -6,21 +6,28 @@ import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import _payload
 from ._job import Job
 from ._limits import KeyFunc, RateLimit, Unique
 from ._storage import JobInsert, make_insert
 
-if TYPE_CHECKING:
-    from ._app import Conveyor
-
 P = ParamSpec("P")
 R = TypeVar("R")
 
 #: attempt number (1-based) -> seconds until the next attempt
 Backoff = Callable[[int], float]
+
+
+class Enqueuer(Protocol):
+    """What a task enqueues through (the app): the task knows nothing else of it."""
+
+    def enqueue_many(self, specs: Sequence[JobSpec], *, connection: Any = None) -> list[Job]: ...
+
+    async def enqueue_many_async(
+        self, specs: Sequence[JobSpec], *, connection: Any = None
+    ) -> list[Job]: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -141,14 +148,14 @@ class _Enqueuer(Generic[P]):
         opts = self._split_connection(kwargs)
         spec = JobSpec(self._task, args, kwargs, opts)
         self._task.check_arguments(args, kwargs)
-        return self._task.app.enqueue_many([spec], connection=opts.connection)[0]
+        return self._task.enqueuer.enqueue_many([spec], connection=opts.connection)[0]
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Async twin of ``enqueue``. Example: ``await send_email.enqueue_async("a@b.c")``"""
         opts = self._split_connection(kwargs)
         spec = JobSpec(self._task, args, kwargs, opts)
         self._task.check_arguments(args, kwargs)
-        jobs = await self._task.app.enqueue_many_async([spec], connection=opts.connection)
+        jobs = await self._task.enqueuer.enqueue_many_async([spec], connection=opts.connection)
         return jobs[0]
 
 
@@ -165,8 +172,8 @@ class Task(_Enqueuer[P], Generic[P, R]):
     Example: ``send_email.options(delay=30, queue="mail").enqueue("a@b.c", subject="hi")``
     """
 
-    def __init__(self, app: Conveyor, fn: Callable[P, R], defaults: TaskOptions) -> None:
-        self.app = app
+    def __init__(self, enqueuer: Enqueuer, fn: Callable[P, R], defaults: TaskOptions) -> None:
+        self.enqueuer = enqueuer
         self.fn = fn
         self.defaults = defaults
         self.is_async = inspect.iscoroutinefunction(fn)

@@ -14,11 +14,11 @@ from typing import Any, cast
 
 import pytest
 
-from conveyor import JobState
+from conveyor import JobState, WorkerConfig
 from conveyor._context import JobContext
 from conveyor._payload import encode_arguments, encode_result, storable
-from conveyor._runtime._executor import Execution
-from conveyor._runtime._services import Heartbeat
+from conveyor._runtime.executor import Execution
+from conveyor._runtime.heartbeat import Heartbeat
 from conveyor._storage import (
     JobFetchAvailableParams,
     JobHeartbeatManyParams,
@@ -55,7 +55,8 @@ def test_heartbeat_leaves_finished_executions_alone() -> None:
 
         ex.task = asyncio.ensure_future(done())
         await ex.task
-        beat = Heartbeat(cast(Any, Storage()), "node", {"q": 1}, lambda: [ex], 1.0, 5.0)
+        beat = Heartbeat(cast(Any, Storage()), "node", {"q": 1}, lambda: [ex], 1.0, 5.0,
+                         node_ttl=WorkerConfig().node_ttl)
         result: tuple[int, int] = await beat.run_once()
         assert ex.stop_reason is None and not ex.ctx.cancelled
         return result

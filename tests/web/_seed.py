@@ -24,7 +24,7 @@ import psycopg
 
 from conveyor import Conveyor, Discard, JobState, WorkerConfig
 from conveyor._runtime import Worker
-from conveyor._runtime._metrics import Metrics, minute_of
+from conveyor._runtime.metrics import Metrics, minute_of
 
 from .._runtime_util import FAST, all_final, run_worker_until
 
@@ -107,7 +107,7 @@ def seed_history(app: Conveyor, minutes: int = 60) -> None:
 
     async def record() -> None:
         storage = await app.storage()
-        metrics = Metrics(app, storage, "seed", _Leader(), 5.0, 86_400.0,
+        metrics = Metrics(storage, _Leader(), 5.0, 86_400.0,
                           clock=lambda: clock["t"])
         for i in range(minutes, 0, -1):
             clock["t"] = now - 60 * i

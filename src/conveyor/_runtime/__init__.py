@@ -1,5 +1,10 @@
-"""The worker runtime (private): producers, executor, acker and services."""
+"""The worker runtime (private): producers, executor, acker and services.
 
-from ._worker import Worker
+It depends on the model (``Registry``), the observed storage and storage, never on
+the app above it.
+"""
 
-__all__ = ["Worker"]
+from .service import Service
+from .worker import Worker
+
+__all__ = ["Service", "Worker"]

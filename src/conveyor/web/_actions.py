@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._app_flow import ScheduleNotFoundError
+from .._app import ScheduleNotFoundError
 from .._errors import ConveyorError
 from .._hooks import StateChange
 from .._job import Job, JobState

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from .._app_flow import ScheduleInfo
+from .._app import ScheduleInfo
 from .._job import Job, JobState
 from .._storage import (
     ACTIVE_STATES,

@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from .._runtime._metrics import BOUNDS, FAILED, OUTCOMES, minute_of
+from .._runtime.metrics import BOUNDS, FAILED, OUTCOMES, minute_of
 from .._storage import DepthPoint, MetricPoint, MetricTotal, StateCount
 
 DEPTH_STATES = ("available", "running", "scheduled", "retryable")

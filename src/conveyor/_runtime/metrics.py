@@ -1,6 +1,7 @@
-"""Per-minute metric rollups, and the worker side of the state-change hook.
+"""Per-minute metric rollups of what this worker's attempts did.
 
-Each finished attempt adds to in-memory counters keyed by (minute, queue, task,
+Each outcome the worker wrote (the metrics service listens to the worker's observed
+storage, the one place outcomes pass) adds to in-memory counters keyed by (minute, queue, task,
 metric); every few seconds the writer adds them to the database in one transaction,
 to the minute rollups and to the never-pruned totals behind ``/metrics``. Values are
 added to what a row holds, so any number of nodes write the same rows. The leader
@@ -13,15 +14,13 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import json
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from .._hooks import StateChange
-from .._job import Job, JobState
+from .._job import JobState
 from .._storage import (
     JobAck,
     MetricRow,
@@ -30,13 +29,12 @@ from .._storage import (
     MetricsPruneParams,
     Storage,
 )
-from ._service import Service
+from .service import Leadership, Service
 
 if TYPE_CHECKING:
     import asyncio
 
-    from .._app import Conveyor
-    from ._executor import Execution
+    from .._observed import Attempt
 
 log = logging.getLogger("conveyor.metrics")
 
@@ -49,11 +47,6 @@ OUTCOMES = ("completed", "retried", "discarded", "cancelled", "snoozed")
 FAILED = ("retried", "discarded")
 
 Key = tuple[float | None, str, str, str]
-
-
-class Leadership(Protocol):
-    @property
-    def is_leader(self) -> bool: ...
 
 
 def outcome_of(ack: JobAck) -> str:
@@ -77,16 +70,15 @@ def minute_of(ts: float) -> float:
 class Metrics(Service):
     """Collects what this worker's jobs did; flushes rollups, samples depth, prunes.
 
-    Example (tests): ``metrics.finished(ex, ack); await metrics.run_once()``
+    Example (tests): ``metrics.finished(attempt, ack); await metrics.run_once()``
     """
 
     name = "metrics"
 
-    def __init__(self, app: Conveyor, storage: Storage, node_id: str, leader: Leadership,
-                 interval: float, retention: float,
+    def __init__(self, storage: Storage, leader: Leadership, interval: float, retention: float,
                  drained: Callable[[], Awaitable[None]] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self._app, self._storage, self._node_id, self._leader = app, storage, node_id, leader
+        self._storage, self._leader = storage, leader
         self.interval = interval
         self.retention = retention
         self._drained = drained
@@ -102,26 +94,14 @@ class Metrics(Service):
 
     # -- collecting ------------------------------------------------------------------------
 
-    def claimed(self, job: Job) -> None:
-        """A producer claimed ``job`` (available -> running)."""
-        if self._app.hooks.listeners:
-            self._app.hooks.emit([StateChange(job.id, job.task, job.queue, job.attempt,
-                                              JobState.RUNNING, JobState.AVAILABLE, "worker",
-                                              node=self._node_id)])
-
-    def finished(self, ex: Execution, ack: JobAck) -> None:
-        """The outcome of ``ex`` was written (the fence held)."""
-        job = ex.job
+    def finished(self, attempt: Attempt, ack: JobAck) -> None:
+        """An outcome of this worker was written (the fence held)."""
         if self.enabled:
+            job = attempt.job
             latency = None
             if job.attempted_at is not None:
                 latency = max((job.attempted_at - job.scheduled_at).total_seconds(), 0.0)
-            self.record(job.queue, job.task, outcome_of(ack), ex.run_time, latency)
-        if self._app.hooks.listeners:
-            error = json.loads(ack.error_json).get("error") if ack.error_json else None
-            self._app.hooks.emit([StateChange(job.id, job.task, job.queue, job.attempt,
-                                              ack.state, JobState.RUNNING, "worker", error,
-                                              ex.run_time, self._node_id)])
+            self.record(job.queue, job.task, outcome_of(ack), attempt.run_time, latency)
 
     def record(self, queue: str, task: str, outcome: str, run_time: float | None,
                latency: float | None) -> None:

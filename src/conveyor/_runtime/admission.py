@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import random
 from collections import defaultdict
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .._job import Job, JobState
 from .._limits import RateLimit
@@ -23,19 +23,20 @@ from .._storage import (
     RateRequest,
     Storage,
 )
-from ._producer import Producer
-
-if TYPE_CHECKING:
-    from .._app import Conveyor
+from .._task import Task
+from .producer import Producer
 
 log = logging.getLogger("conveyor.limits")
 #: How long a job refused a concurrency slot waits before it is claimed again.
 SLOT_RETRY = 0.5
 
 
-class Gates:
-    def __init__(self, app: Conveyor, storage: Storage, defer: Callable[[JobAck], None]) -> None:
-        self._app, self._storage, self._defer = app, storage, defer
+class Admission:
+    """Decides which claimed jobs may start now; the others wait (``defer``)."""
+
+    def __init__(self, tasks: Mapping[str, Task[Any, Any]], storage: Storage,
+                 defer: Callable[[JobAck], None]) -> None:
+        self._tasks, self._storage, self._defer = tasks, storage, defer
 
     def _wait(self, job: Job, delay: float, why: str) -> None:
         assert job.lease_token is not None
@@ -51,7 +52,7 @@ class Gates:
         groups: dict[str, list[Job]] = defaultdict(list)
         limits: dict[str, int] = {}
         for job in jobs:
-            task = self._app.tasks.get(job.task)
+            task = self._tasks.get(job.task)
             if task is not None and task.defaults.concurrency and job.concurrency_key:
                 groups[job.concurrency_key].append(job)
                 limits[job.concurrency_key] = task.defaults.concurrency
@@ -71,7 +72,7 @@ class Gates:
 
     def _keys(self, job: Job, queue_rate: RateLimit | None, queue: str) -> list[tuple[str, RateLimit]]:
         keys = []
-        task = self._app.tasks.get(job.task)
+        task = self._tasks.get(job.task)
         if task is not None and task.defaults.rate_limit is not None:
             limit = task.defaults.rate_limit
             try:

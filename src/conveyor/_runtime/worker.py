@@ -1,5 +1,9 @@
-"""A worker process's runtime: producers, executions, acker and services, and a
-graceful shutdown that gives unfinished jobs back without using an attempt."""
+"""A worker process's runtime: producers, executions, acker and a list of services,
+and a graceful shutdown that gives unfinished jobs back without using an attempt.
+
+The worker gets a ``Registry`` (tasks, schedules, hooks, settings), never the app.
+Every write goes through an ``ObservedStorage`` view attributed to "worker": that view
+emits the state changes of claims and outcomes and feeds the metrics service."""
 
 from __future__ import annotations
 
@@ -11,70 +15,87 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from .._config import WorkerConfig
 from .._context import JobContext
 from .._job import Job, JobState
-from .._storage import JobAck, NodeDeleteParams, Storage
-from ._acker import Acker
-from ._executor import Execution, Executor
-from ._flow import CronScheduler, LeaderElector, Pruner, QueueSettings
-from ._gates import Gates
-from ._metrics import Metrics
-from ._producer import Producer
-from ._services import Heartbeat, Rescuer, Stager
-
-if TYPE_CHECKING:
-    from .._app import Conveyor
+from .._observed import ObservedStorage
+from .._registry import Registry
+from .._storage import JobAck, Storage
+from .acker import Acker
+from .admission import Admission
+from .cron import CronScheduler
+from .executor import Execution, Executor
+from .heartbeat import Heartbeat
+from .leader import LeaderElector
+from .metrics import Metrics
+from .producer import Producer
+from .pruner import Pruner
+from .queue_settings import QueueSettings
+from .rescuer import Rescuer
+from .service import Service
+from .stager import Stager
 
 log = logging.getLogger("conveyor.worker")
 
 
 class Worker:
-    """Example: ``await Worker(app, await app.storage(), WorkerConfig()).run()``"""
+    """Example: ``await Worker(app.registry, await app.storage(), WorkerConfig()).run()``"""
 
-    def __init__(self, app: Conveyor, storage: Storage, config: WorkerConfig) -> None:
-        self.app = app
+    def __init__(self, registry: Registry, storage: Storage, config: WorkerConfig) -> None:
+        self.registry = registry
         self.config = config
         self.node_id = uuid.uuid4().hex
-        self._storage = storage
+        self._executions: dict[int, Execution] = {}
+        observed = storage if isinstance(storage, ObservedStorage) else ObservedStorage(
+            storage, registry.hooks)
+        self._storage = storage = observed.with_source(
+            "worker", node=self.node_id, attempts=self._executions.get)
         self._stopping = asyncio.Event()
         self._services_stop = asyncio.Event()
-        self._executions: dict[int, Execution] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self.executor = Executor(app, config.sync_threads or min(sum(config.queues.values()), 256))
+        self.executor = Executor(registry, config.sync_threads or min(sum(config.queues.values()), 256))
         self.acker = Acker(storage, self._on_flushed)
-        self.gates = Gates(app, storage, self._push)
+        self.admission = Admission(registry.tasks, storage, self._push)
         self.producers = {
             queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,
-                            config.fetch_limit, self._start, self.gates.admit)
+                            config.fetch_limit, self._start, self.admission.admit)
             for queue, limit in config.queues.items()
         }
         for producer in self.producers.values():
             producer.unacked = self._unacked
+        self.services = self._services(registry, observed, config)
+        storage.on_outcome(self.metrics.finished)
+        self.completed = 0
+
+    def _services(self, registry: Registry, observed: ObservedStorage,
+                  config: WorkerConfig) -> list[Service]:
+        """Every background service, in start order; each runs the same lifecycle."""
+        storage = self._storage
         self.heartbeat = Heartbeat(storage, self.node_id, config.queues,
                                    lambda: list(self._executions.values()),
-                                   config.heartbeat_interval, config.lease_ttl, list(app.tasks))
-        self.rescuer = Rescuer(storage, min(config.rescue_interval, config.lease_ttl / 2),
-                               config.node_ttl, app.hooks)
-        self.stager = Stager(storage, config.stage_interval, app.hooks)
+                                   config.heartbeat_interval, config.lease_ttl,
+                                   list(registry.tasks), node_ttl=config.node_ttl)
+        self.settings = QueueSettings(storage, self.node_id, self.producers,
+                                      config.settings_interval)
         self.leader = LeaderElector(storage, self.node_id, config.leader_ttl)
-        self.cron = CronScheduler(app, storage, self.leader, config.cron_interval)
+        self.cron = CronScheduler(registry, observed.with_source("cron"), self.leader,
+                                  config.cron_interval)
+        self.rescuer = Rescuer(observed.with_source("rescuer"),
+                               min(config.rescue_interval, config.lease_ttl / 2))
+        self.stager = Stager(observed.with_source("stager"), config.stage_interval)
         self.pruner = Pruner(storage, self.leader, config.prune_interval,
                              config.completed_retention, config.discarded_retention)
-        self.settings = QueueSettings(storage, self.node_id, self.producers,
-                                      config.settings_interval, config.node_ttl)
-        self.metrics = Metrics(app, storage, self.node_id, self.leader, config.metrics_interval,
+        self.metrics = Metrics(storage, self.leader, config.metrics_interval,
                                config.metrics_retention, self.acker.drain)
-        self.completed = 0
+        return [self.heartbeat, self.settings, self.leader, self.cron, self.rescuer,
+                self.stager, self.pruner, self.metrics]
 
     # -- executions ----------------------------------------------------------------------
 
     def _start(self, job: Job, producer: Producer) -> None:
         ex = Execution(job, JobContext(job))
         self._executions[job.id] = ex
-        self.metrics.claimed(job)
         ex.task = asyncio.create_task(self._run_execution(ex, producer))
 
     async def _run_execution(self, ex: Execution, producer: Producer) -> None:
@@ -100,12 +121,10 @@ class Worker:
             self.stager.stage_in(ack.delay)
 
     def _on_flushed(self, acks: list[JobAck], applied: set[int]) -> None:
-        for ack in acks:
-            ex = self._executions.pop(ack.id, None)
+        for ack in acks:  # metrics and listeners already saw them, in the observed storage
+            self._executions.pop(ack.id, None)
             if ack.id not in applied:
                 log.warning("outcome of job %d rejected by the fence (lease lost)", ack.id)
-            elif ex is not None:
-                self.metrics.finished(ex, ack)
         self.completed += len(applied)
         for producer in self.producers.values():  # a claim may have waited for this flush
             producer.wake()
@@ -140,16 +159,13 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         unsubscribe = self._storage.wake_subscribe(self._on_wake)
         restore = self._install_signals()
-        await self.heartbeat.run_once()
-        await self.app.declare_schedules(self._storage)
-        await self.settings.run_once()
-        await self.leader.run_once()
+        for service in self.services:
+            await service.start()
         log.info("worker %s started on queues %s", self.node_id, dict(self.config.queues))
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.acker.run(self._services_stop))
-                for service in (self.heartbeat, self.rescuer, self.stager, self.leader,
-                                self.cron, self.pruner, self.settings, self.metrics):
+                for service in self.services:
                     group.create_task(service.run(self._services_stop))
                 for producer in self.producers.values():
                     group.create_task(producer.run(self._stopping))
@@ -160,10 +176,11 @@ class Worker:
             unsubscribe()
             restore()
             self.executor.shutdown()
-            with contextlib.suppress(Exception):
-                await self._storage.node_delete(NodeDeleteParams(self.node_id))
-            with contextlib.suppress(Exception):
-                await self.leader.resign()
+            for service in reversed(self.services):
+                try:
+                    await service.stop()
+                except Exception as exc:  # the database may be away at exit: logged, not raised
+                    log.warning("%s did not stop cleanly: %s", service.name, exc)
         log.info("worker %s stopped", self.node_id)
 
     async def _shutdown_when_stopping(self) -> None:

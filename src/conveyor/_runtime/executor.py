@@ -12,17 +12,15 @@ import random
 import time
 import traceback
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from .. import _payload
 from .._context import JobContext, reset_current, set_current
 from .._errors import Cancel, Discard, Snooze, Throttle
 from .._job import Job, JobState
+from .._registry import Registry
 from .._storage import JobAck, make_ack
-
-if TYPE_CHECKING:
-    from .._app import Conveyor
-    from .._task import Task
+from .._task import Task
 
 log = logging.getLogger("conveyor.job")
 
@@ -70,8 +68,8 @@ class Execution:
 class Executor:
     """Runs handlers: async ones on the loop, sync ones in a bounded thread pool."""
 
-    def __init__(self, app: Conveyor, threads: int) -> None:
-        self._app = app
+    def __init__(self, registry: Registry, threads: int) -> None:
+        self._registry = registry
         self._pool = concurrent.futures.ThreadPoolExecutor(threads, "conveyor-job")
         self._fits: dict[tuple[str, int, tuple[str, ...]], str | None] = {}
 
@@ -98,7 +96,7 @@ class Executor:
         return make_ack(id=ex.job.id, lease_token=ex.job.lease_token, state=state, **fields)
 
     def _error(self, ex: Execution, message: str, tb: str | None = None) -> str:
-        cfg = self._app.config
+        cfg = self._registry.config
         entry: dict[str, Any] = {
             "attempt": ex.job.attempt,
             "at": datetime.now(UTC).isoformat(),
@@ -153,7 +151,7 @@ class Executor:
     async def execute(self, ex: Execution) -> JobAck | None:
         """Run the job; return its outcome, or None when the lease was lost (no write)."""
         job = ex.job
-        task = self._app.tasks.get(job.task)
+        task = self._registry.tasks.get(job.task)
         if task is None:
             msg = f"unknown task {job.task!r}: no task of that name is registered in this worker"
             log.error(msg, extra=ex.log_extra())
@@ -174,10 +172,10 @@ class Executor:
             ex.run_time = time.monotonic() - ex.started
 
     async def _outcome(self, ex: Execution, task: Task[Any, Any]) -> JobAck | None:
-        cfg = self._app.config
+        cfg = self._registry.config
         try:
-            if self._app.hooks.middleware:
-                result = await self._app.hooks.run(ex.ctx, lambda: self._call(ex, task))
+            if self._registry.hooks.middleware:
+                result = await self._registry.hooks.run(ex.ctx, lambda: self._call(ex, task))
             else:  # no middleware: skip a coroutine and a closure per job
                 result = await self._call(ex, task)
         except Snooze as s:

@@ -1,4 +1,5 @@
-"""One lifecycle for every background concern: run_once() on an interval, with jitter."""
+"""One lifecycle for every background service: ``start()`` once before the worker
+takes jobs, ``run_once()`` on an interval with jitter, ``stop()`` once at the end."""
 
 from __future__ import annotations
 
@@ -6,9 +7,16 @@ import asyncio
 import contextlib
 import logging
 import random
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger("conveyor.service")
+
+
+class Leadership(Protocol):
+    """Whether this node leads now (services that act for the cluster ask it)."""
+
+    @property
+    def is_leader(self) -> bool: ...
 
 
 class Service:
@@ -19,8 +27,15 @@ class Service:
     interval = 1.0
     _kicked: asyncio.Event | None = None
 
+    async def start(self) -> None:
+        """Prepare before the worker takes jobs (most services need nothing)."""
+
     async def run_once(self) -> Any:
-        raise NotImplementedError
+        """One pass; every service defines it."""
+        raise NotImplementedError(f"{type(self).__name__} must define run_once")
+
+    async def stop(self) -> None:
+        """Clean up after the last pass (most services need nothing)."""
 
     def kick(self) -> None:
         """Run the next pass now instead of at the end of the interval."""

@@ -1,0 +1,109 @@
+"""``Conveyor``: the async core's methods, and their sync twins, each one line through
+the one bridge (``_sync``, a private event loop on a thread)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._explain import Explanation
+from .._job import Job, JobState
+from .._storage import LeaderRow, Migration, NodeRow
+from .flow import FlowApp, QueueInfo, ScheduleInfo
+
+
+class Conveyor(FlowApp):
+    """A job queue bound to one database.
+
+    Example::
+
+        app = Conveyor("sqlite:///jobs.db")
+
+        @app.task(queue="mail")
+        async def send_email(to: str) -> None: ...
+
+        send_email.enqueue("a@b.c")
+    """
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def get_job(self, job_id: int) -> Job | None:
+        """Example: ``app.get_job(job.id).state``"""
+        return self._sync(self.get_job_async(job_id))
+
+    def list_jobs(
+        self, *, state: JobState | str | None = None, queue: str | None = None,
+        task: str | None = None, limit: int = 50, before_id: int | None = None,
+    ) -> list[Job]:
+        """Newest first. Example: ``app.list_jobs(state="discarded", limit=10)``"""
+        return self._sync(self.list_jobs_async(
+            state=state, queue=queue, task=task, limit=limit, before_id=before_id))
+
+    def retry_job(self, job_id: int) -> Job:
+        return self._sync(self.retry_job_async(job_id))
+
+    def cancel_job(self, job_id: int) -> Job:
+        return self._sync(self.cancel_job_async(job_id))
+
+    def count_jobs(self, *, queue: str | None = None) -> dict[str, int]:
+        return self._sync(self.count_jobs_async(queue=queue))
+
+    def migrate(self, *, dry_run: bool = False) -> list[Migration]:
+        return self._sync(self.migrate_async(dry_run=dry_run))
+
+    def pending_migrations(self) -> list[Migration]:
+        """Example: ``[m.name for m in app.pending_migrations()]``"""
+        return self._sync(self.pending_migrations_async())
+
+    # -- schedules --------------------------------------------------------------------------
+
+    def add_schedule(self, name: str, **kwargs: Any) -> None:
+        """Example: ``app.add_schedule("cleanup", cron="0 3 * * *", task=cleanup)``"""
+        self._sync(self.add_schedule_async(name, **kwargs))
+
+    def list_schedules(self) -> list[ScheduleInfo]:
+        return self._sync(self.list_schedules_async())
+
+    def pause_schedule(self, name: str) -> None:
+        self._sync(self.pause_schedule_async(name))
+
+    def resume_schedule(self, name: str) -> None:
+        self._sync(self.resume_schedule_async(name))
+
+    def trigger_schedule(self, name: str) -> Job:
+        return self._sync(self.trigger_schedule_async(name))
+
+    def remove_schedule(self, name: str) -> None:
+        self._sync(self.remove_schedule_async(name))
+
+    # -- queues and cluster -----------------------------------------------------------------
+
+    def pause_queue(self, name: str) -> None:
+        """Example: ``app.pause_queue("mail")``"""
+        self._sync(self.pause_queue_async(name))
+
+    def resume_queue(self, name: str) -> None:
+        self._sync(self.resume_queue_async(name))
+
+    def set_queue_concurrency(self, name: str, concurrency: int | None, *,
+                              per_node: bool = False) -> None:
+        """Example: ``app.set_queue_concurrency("mail", 20)``"""
+        self._sync(self.set_queue_concurrency_async(name, concurrency, per_node=per_node))
+
+    def set_queue_rate_limit(self, name: str, rate: str | None) -> None:
+        self._sync(self.set_queue_rate_limit_async(name, rate))
+
+    def list_queues(self) -> list[QueueInfo]:
+        return self._sync(self.list_queues_async())
+
+    def list_nodes(self) -> list[NodeRow]:
+        return self._sync(self.list_nodes_async())
+
+    def get_leader(self) -> LeaderRow | None:
+        return self._sync(self.get_leader_async())
+
+    def explain_job(self, job_id: int) -> Explanation:
+        """Example: ``print(app.explain_job(42))``"""
+        return self._sync(self.explain_job_async(job_id))
+
+
+

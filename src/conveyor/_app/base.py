@@ -1,0 +1,128 @@
+"""The base of the app: its definitions (tasks, schedules, hooks), its storage per event
+loop, and the one bridge from the sync API to the async core."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from .._config import ConveyorConfig, url_from_env
+from .._hooks import Middleware, StateListener
+from .._observed import ObservedStorage
+from .._portal import Portal
+from .._registry import AppRegistry
+from .._storage import MigrateParams, Migration, Storage, WakeHub, create_storage
+
+T = TypeVar("T")
+
+
+class AppBase:
+    """Definitions, storage and the sync bridge; see ``Conveyor``."""
+
+    def __init__(self, url: str | None = None, *, config: ConveyorConfig | None = None) -> None:
+        self.url = url if url is not None else url_from_env()
+        self.registry = AppRegistry(config or ConveyorConfig())
+        self.config = self.registry.config
+        self.tasks = self.registry.tasks
+        self.schedules = self.registry.schedules
+        self.hooks = self.registry.hooks
+        self._hub = WakeHub()
+        # Fail on a malformed URL now, not at the first enqueue.
+        self._offline = create_storage(self.url, self._hub, self.config.pool_max_size)
+        self._portal = Portal(self.close_async)
+        self._storages: dict[asyncio.AbstractEventLoop, ObservedStorage] = {}
+        self._opening: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+
+    def __repr__(self) -> str:
+        return f"<Conveyor {self.dialect} tasks={len(self.tasks)}>"
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgres"``, known from the URL (no connection)."""
+        return self._offline.capabilities.dialect
+
+    # -- storage ------------------------------------------------------------------------------
+
+    async def storage(self) -> Storage:
+        """The open storage of the running event loop (one per loop, opened on first
+        use; concurrent first callers wait for the one opening). It is an
+        ``ObservedStorage``: writes through it emit state changes attributed to "api"."""
+        return await self._observed()
+
+    async def storage_for(self, source: str) -> Storage:
+        """The same storage, its writes attributed to ``source`` (e.g. "dashboard")."""
+        return (await self._observed()).with_source(source)
+
+    async def _observed(self) -> ObservedStorage:
+        loop = asyncio.get_running_loop()
+        storage = self._storages.get(loop)
+        if storage is not None:
+            return storage
+        lock = self._opening.setdefault(loop, asyncio.Lock())
+        async with lock:
+            storage = self._storages.get(loop)
+            if storage is None:
+                for old in [lp for lp in self._opening if lp.is_closed()]:
+                    self._storages.pop(old, None)
+                    self._opening.pop(old, None)
+                inner = create_storage(self.url, self._hub, self.config.pool_max_size)
+                await inner.open()  # published only once open
+                storage = self._storages[loop] = ObservedStorage(inner, self.hooks)
+        return storage
+
+    async def close_async(self) -> None:
+        """Close this loop's connections. Example: ``await app.close_async()``"""
+        loop = asyncio.get_running_loop()
+        storage = self._storages.pop(loop, None)
+        self._opening.pop(loop, None)
+        if storage is not None:
+            await storage.inner.close()
+
+    def _sync(self, coro: Coroutine[Any, Any, T]) -> T:
+        """The one bridge from the sync API to the async core."""
+        return self._portal.call(coro)
+
+    def close(self) -> None:
+        """Close the sync API's connections and its background loop (also done at exit)."""
+        self._portal.stop()
+
+    async def migrate_async(self, *, dry_run: bool = False) -> list[Migration]:
+        """Apply pending schema migrations (Postgres needs this once per version)."""
+        return await self._with_admin_storage(lambda s: s.migrate(MigrateParams(dry_run=dry_run)))
+
+    async def pending_migrations_async(self) -> list[Migration]:
+        """Migrations the database has not applied yet; applies nothing."""
+        return await self._with_admin_storage(lambda s: s.schema_pending())
+
+    async def _with_admin_storage(
+        self, call: Callable[[Storage], Coroutine[Any, Any, list[Migration]]]
+    ) -> list[Migration]:
+        storage = create_storage(self.url, self._hub, 2)
+        await storage.open(check_schema=False)
+        try:
+            return await call(storage)
+        finally:
+            await storage.close()
+
+    # -- hooks ----------------------------------------------------------------------------------
+
+    def add_middleware(self, middleware: Middleware) -> Middleware:
+        """Wrap every job execution in ``middleware``; usable as a decorator.
+
+        Example::
+
+            @app.add_middleware
+            async def traced(job: JobContext, call_next):
+                with tracer.start_as_current_span(job.task):
+                    return await call_next()
+        """
+        return self.hooks.add_middleware(middleware)
+
+    def on_state_change(self, listener: StateListener) -> StateListener:
+        """Call ``listener(change)`` after every persisted transition of a job: enqueue,
+        claim, each outcome, and retries, cancels and discards by the API or dashboard.
+
+        Example: ``app.on_state_change(lambda c: print(c.job_id, c.state))``
+        """
+        return self.hooks.add_listener(listener)

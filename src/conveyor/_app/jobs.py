@@ -1,0 +1,237 @@
+"""Tasks and jobs: registering tasks, enqueueing, reading and changing jobs, and
+running a worker."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ParamSpec, TypeVar, overload
+
+from .. import _payload
+from .._config import WorkerConfig
+from .._cron import Misfire, Schedule
+from .._errors import InvalidStateError, JobNotFoundError
+from .._job import Job, JobState
+from .._limits import KeyFunc, RateLimit, Unique
+from .._runtime import Worker
+from .._storage import (
+    JobCancelParams,
+    JobCountByStateParams,
+    JobGetParams,
+    JobInsert,
+    JobInsertManyParams,
+    JobListParams,
+    JobRetryParams,
+    Storage,
+)
+from .._task import Backoff, JobSpec, Task, TaskDecorator, TaskOptions
+from .base import AppBase
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class JobsApp(AppBase):
+    """Tasks, enqueue, jobs and workers; see ``Conveyor``."""
+
+    # -- enqueue ------------------------------------------------------------------------------
+
+    def _batches(self, specs: Sequence[JobSpec]) -> list[JobInsertManyParams]:
+        """Validate every job, then split them in batches of at most ``max_batch``."""
+        if isinstance(specs, JobSpec) or not isinstance(specs, Sequence):
+            raise TypeError("enqueue_many takes a list of jobs built with task.job(...)")
+        for spec in specs:
+            if not isinstance(spec, JobSpec):
+                raise TypeError(f"expected a job built with task.job(...), got {spec!r}")
+        inserts = [self._insert(spec) for spec in specs]
+        size = self.config.max_batch
+        return [JobInsertManyParams(inserts[i:i + size]) for i in range(0, len(inserts), size)]
+
+    def _insert(self, spec: JobSpec) -> JobInsert:
+        insert = spec.to_insert(self.config.max_payload_bytes)
+        if not self.hooks.enqueue_hooks:
+            return insert
+        return dataclasses.replace(
+            insert, meta_json=self.hooks.prepare_meta(insert.task, insert.meta_json))
+
+    async def enqueue_many_async(
+        self, specs: Sequence[JobSpec], *, connection: Any = None
+    ) -> list[Job]:
+        """Insert any number of jobs, ``max_batch`` (10,000) per round trip.
+
+        Each batch is one transaction: all of its jobs or none. With ``connection``
+        (the caller's own psycopg or sqlite3 connection) every batch runs in the
+        caller's transaction, so all the jobs commit or roll back with it.
+        """
+        batches = self._batches(specs)
+        if connection is not None:
+            return [j for b in batches for j in await self._offline.job_insert_many(b, connection)]
+        storage = (await self._observed()).with_source("enqueue")
+        return [job for batch in batches for job in await storage.job_insert_many(batch)]
+
+    def enqueue_many(self, specs: Sequence[JobSpec], *, connection: Any = None) -> list[Job]:
+        """Sync twin of ``enqueue_many_async`` (same batches, same atomicity).
+
+        Example: ``app.enqueue_many([resize.job("/a.png"), resize.job("/b.png")])``
+        """
+        if connection is not None:
+            batches = self._batches(specs)
+            return [j for b in batches for j in self._offline.job_insert_many_sync(b, connection)]
+        storage = self._blocking_storage()
+        if storage is not None:
+            batches = self._batches(specs)
+            return [job for b in batches for job in storage.job_insert_many_blocking(b)]
+        return self._sync(self.enqueue_many_async(specs))
+
+    def _blocking_storage(self) -> Storage | None:
+        """The storage the sync API opened, to insert from this thread without a hop
+        through the portal's loop; None until then, and while state-change listeners
+        want to be called on that loop."""
+        loop = self._portal.loop
+        if loop is None or self.hooks.listeners:
+            return None
+        storage = self._storages.get(loop)
+        return storage.inner if storage is not None else None
+
+    # -- inspection and control ----------------------------------------------------------------
+
+    async def get_job_async(self, job_id: int) -> Job | None:
+        return await (await self.storage()).job_get(JobGetParams(_check_id(job_id)))
+
+    async def list_jobs_async(
+        self, *, state: JobState | str | None = None, queue: str | None = None,
+        task: str | None = None, limit: int = 50, before_id: int | None = None,
+    ) -> list[Job]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ValueError("limit must be an int from 1 to 10000")
+        params = JobListParams(
+            state=JobState(state) if state is not None else None,
+            queue=_payload.check_queue_name(queue) if queue is not None else None,
+            task=_payload.check_task_name(task) if task is not None else None,
+            limit=limit,
+            before_id=_check_id(before_id) if before_id is not None else None,
+        )
+        return await (await self.storage()).job_list(params)
+
+    async def retry_job_async(self, job_id: int) -> Job:
+        """Put a finished or waiting job back in its queue now, with one more attempt."""
+        storage = await self.storage()
+        job = await storage.job_retry(JobRetryParams(_check_id(job_id)))
+        return job or await _refused(storage, job_id, "retried")
+
+    async def cancel_job_async(self, job_id: int) -> Job:
+        """Cancel a queued job at once; a running job is stopped by its worker."""
+        storage = await self.storage()
+        job = await storage.job_cancel(JobCancelParams(_check_id(job_id)))
+        return job or await _refused(storage, job_id, "cancelled")
+
+    async def count_jobs_async(self, *, queue: str | None = None) -> dict[str, int]:
+        """Jobs per state, every state present (zero when none)."""
+        storage = await self.storage()
+        counts = await storage.job_count_by_state(JobCountByStateParams(queue))
+        return {s.value: counts.get(s.value, 0) for s in JobState}
+
+    # -- workers -------------------------------------------------------------------------------
+
+    async def run_worker(
+        self, queues: Mapping[str, int] | None = None, *, config: WorkerConfig | None = None,
+    ) -> None:
+        """Run a worker on the running loop until stopped (or drained, with burst).
+
+        Example: ``await app.run_worker({"default": 10, "mail": 5})``
+        """
+        config = config or WorkerConfig()
+        if queues is not None:
+            config = dataclasses.replace(config, queues=dict(queues))
+        for queue_name in config.queues:
+            _payload.check_queue_name(queue_name)
+        await Worker(self.registry, await self.storage(), config).run()
+
+    # -- tasks and schedules ---------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, *, name: str | None = None, queue: str = "default", priority: int = 0,
+        max_attempts: int = 20, timeout: float | None = None,
+        backoff: Backoff | float | None = None, tags: Sequence[str] = (),
+        unique: Unique | None = None, rate_limit: RateLimit | str | None = None,
+        concurrency: int | None = None, concurrency_key: KeyFunc | None = None,
+    ) -> TaskDecorator: ...
+
+    def task(
+        self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
+        queue: str = "default", priority: int = 0, max_attempts: int = 20,
+        timeout: float | None = None, backoff: Backoff | float | None = None,
+        tags: Sequence[str] = (), unique: Unique | None = None,
+        rate_limit: RateLimit | str | None = None, concurrency: int | None = None,
+        concurrency_key: KeyFunc | None = None,
+    ) -> Any:
+        """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``)."""
+
+        def register(func: Callable[..., Any]) -> Task[Any, Any]:
+            task_name = _payload.check_task_name(name or func.__name__)
+            if task_name in self.tasks:
+                raise ValueError(f"task {task_name!r} is already registered; pass name=")
+            if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+                raise ValueError("timeout must be a positive number of seconds")
+            limit = concurrency if concurrency is not None or concurrency_key is None else 1
+            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
+                                      or limit < 1):
+                raise ValueError("concurrency must be an int >= 1")
+            if unique is not None and not isinstance(unique, Unique):
+                raise TypeError("unique= takes a conveyor.Unique(...)")
+            options = TaskOptions(
+                name=task_name, queue=_payload.check_queue_name(queue),
+                priority=_payload.check_priority(priority),
+                max_attempts=_payload.check_max_attempts(max_attempts), timeout=timeout,
+                backoff=backoff, tags=tuple(_payload.check_tags(tags)), unique=unique,
+                rate_limit=RateLimit(rate_limit) if isinstance(rate_limit, str) else rate_limit,
+                concurrency=limit, concurrency_key=concurrency_key,
+            )
+            task = Task(self, func, options)
+            self.tasks[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    def periodic(
+        self, *, cron: str, timezone: str = "UTC", misfire: Misfire = "run_once",
+        backfill: int | None = None, name: str | None = None, args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None, **task_options: Any,
+    ) -> Callable[[Callable[..., Any]], Task[Any, Any]]:
+        """Register a task that runs at every tick of ``cron`` in ``timezone``.
+
+        Example: ``@app.periodic(cron="*/5 * * * *", timezone="Europe/Paris")``
+        """
+
+        def register(fn: Callable[..., Any]) -> Task[Any, Any]:
+            task: Task[Any, Any] = self.task(**task_options)(fn)
+            schedule = Schedule(
+                name=_payload.check_task_name(name or task.name), task=task.name, cron=cron,
+                timezone=timezone, args=tuple(args), kwargs=dict(kwargs or {}),
+                misfire="backfill" if backfill else misfire, backfill=backfill or 0,
+            )
+            task.check_arguments(schedule.args, schedule.kwargs)
+            if schedule.name in self.schedules:
+                raise ValueError(f"schedule {schedule.name!r} is already defined")
+            self.schedules[schedule.name] = schedule
+            return task
+
+        return register
+
+
+async def _refused(storage: Storage, job_id: int, verb: str) -> Job:
+    """Why a retry or cancel changed nothing: no such job, or not in a state for it."""
+    job = await storage.job_get(JobGetParams(job_id))
+    if job is None:
+        raise JobNotFoundError(f"no job with id {job_id}")
+    raise InvalidStateError(f"job {job_id} is {job.state.value} and cannot be {verb}")
+
+
+def _check_id(job_id: object) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
+        raise TypeError(f"a job id is a positive int, got {job_id!r}")
+    return job_id

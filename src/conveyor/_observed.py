@@ -1,0 +1,204 @@
+"""The one choke point for state changes: a storage wrapper that tells listeners.
+
+Every persisted transition of a job (enqueue, claim, outcome, staging, rescue, retry,
+cancel, bulk actions) goes through an ``ObservedStorage``, which emits its
+``StateChange`` to ``app.on_state_change`` listeners and hands worker outcomes to the
+outcome listeners (the metrics service). A view names the source of its writes:
+``storage.with_source("dashboard")``. Listeners are checked once per call (a batch),
+so nobody listening costs one attribute read per batch. Every other storage method
+passes straight through to the wrapped storage.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from ._hooks import Hooks, StateChange
+from ._job import Job, JobState
+from ._storage import (
+    JobAck,
+    JobAckManyParams,
+    JobBulkParams,
+    JobCancelParams,
+    JobChanged,
+    JobFetchAvailableParams,
+    JobGetParams,
+    JobInsertManyParams,
+    JobRescueExpiredParams,
+    JobRetryParams,
+    JobStageDueParams,
+    StagedJob,
+    Storage,
+)
+
+
+class Attempt(Protocol):
+    """What a worker knows of one attempt whose outcome it writes."""
+
+    @property
+    def job(self) -> Job: ...
+
+    @property
+    def run_time(self) -> float | None: ...
+
+
+#: Called for every outcome a worker wrote (the fence held), with its attempt.
+OutcomeListener = Callable[[Attempt, JobAck], None]
+#: Finds the attempt an outcome belongs to (the worker's executions).
+AttemptLookup = Callable[[int], Attempt | None]
+
+
+class ObservedStorage:
+    """``Storage`` plus state-change events; one view per source of writes."""
+
+    def __init__(self, inner: Storage, hooks: Hooks, source: str = "api", *,
+                 node: str | None = None, attempts: AttemptLookup | None = None) -> None:
+        self.inner = inner
+        self.hooks = hooks
+        self.source = source
+        self.node = node
+        self._attempts = attempts
+        self._outcome_listeners: list[OutcomeListener] = []
+        #: Claimed jobs whose outcome is not written yet, kept only while someone listens
+        #: (to describe an outcome that no attempt knows: a job held back by a limit).
+        self._claimed: dict[int, Job] = {}
+        self._views: dict[str, ObservedStorage] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        """Every method that changes no job state: the wrapped storage's own."""
+        value = getattr(self.inner, name)
+        if name != "capabilities":
+            setattr(self, name, value)  # found once, then a plain attribute
+        return value
+
+    def __repr__(self) -> str:
+        return f"<ObservedStorage {self.source} of {self.inner!r}>"
+
+    def with_source(self, source: str, *, node: str | None = None,
+                    attempts: AttemptLookup | None = None) -> ObservedStorage:
+        """A view of the same storage whose writes are attributed to ``source`` (plain
+        views are made once and kept: the enqueue path asks for one per call)."""
+        if node is not None or attempts is not None:
+            return ObservedStorage(self.inner, self.hooks, source, node=node, attempts=attempts)
+        view = self._views.get(source)
+        if view is None:
+            view = self._views[source] = ObservedStorage(self.inner, self.hooks, source)
+        return view
+
+    def on_outcome(self, listener: OutcomeListener) -> Callable[[], None]:
+        """Call ``listener(attempt, ack)`` for each outcome written through this view."""
+        self._outcome_listeners.append(listener)
+        return lambda: self._outcome_listeners.remove(listener)
+
+    def _emit(self, changes: Sequence[StateChange]) -> None:
+        self.hooks.emit(changes)
+
+    # -- enqueue --------------------------------------------------------------------------
+
+    async def job_insert_many(self, params: JobInsertManyParams, connection: Any = None) -> list[Job]:
+        jobs = await self.inner.job_insert_many(params, connection)
+        # In the caller's transaction (connection=) nothing is persisted yet: no event.
+        if self.hooks.listeners and connection is None:
+            self.hooks.emit_jobs([j for j in jobs if not j.duplicate], None, self.source)
+        return jobs
+
+    def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
+        jobs = self.inner.job_insert_many_blocking(params)
+        if self.hooks.listeners:
+            self.hooks.emit_jobs([j for j in jobs if not j.duplicate], None, self.source)
+        return jobs
+
+    # -- the worker's hot path: claims and outcomes ------------------------------------------
+
+    async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]:
+        jobs = await self.inner.job_fetch_available(params)
+        if jobs and self.hooks.listeners:
+            for job in jobs:
+                self._claimed[job.id] = job
+            self._emit([StateChange(j.id, j.task, j.queue, j.attempt, JobState.RUNNING,
+                                    JobState.AVAILABLE, self.source, node=self.node)
+                        for j in jobs])
+        return jobs
+
+    async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
+        applied = await self.inner.job_ack_many(params)
+        if applied and (self._outcome_listeners or self.hooks.listeners):
+            self._outcomes(params.acks, set(applied))
+        return applied
+
+    def _outcomes(self, acks: Sequence[JobAck], applied: set[int]) -> None:
+        listening = bool(self.hooks.listeners)
+        changes: list[StateChange] = []
+        for ack in acks:
+            if ack.id not in applied:
+                continue
+            attempt = self._attempts(ack.id) if self._attempts is not None else None
+            claimed = self._claimed.pop(ack.id, None)
+            if attempt is not None:
+                for listener in self._outcome_listeners:
+                    listener(attempt, ack)
+            job = attempt.job if attempt is not None else claimed
+            if listening and job is not None:
+                error = json.loads(ack.error_json).get("error") if ack.error_json else None
+                changes.append(StateChange(
+                    job.id, job.task, job.queue, job.attempt, ack.state, JobState.RUNNING,
+                    self.source, error, attempt.run_time if attempt is not None else None,
+                    self.node))
+        if changes:
+            self._emit(changes)
+
+    # -- services ----------------------------------------------------------------------------
+
+    async def job_stage_due(self, params: JobStageDueParams) -> list[StagedJob]:
+        staged = await self.inner.job_stage_due(params)
+        if staged and self.hooks.listeners:
+            self._emit([StateChange(j.id, j.task, j.queue, j.attempt, JobState.AVAILABLE,
+                                    j.previous, self.source) for j in staged])
+        return staged
+
+    async def job_rescue_expired(self, params: JobRescueExpiredParams) -> list[int]:
+        ids = await self.inner.job_rescue_expired(params)
+        if ids and self.hooks.listeners:
+            # Rescues are rare: read the rows back only when someone listens.
+            jobs = [await self.inner.job_get(JobGetParams(i)) for i in ids]
+            self.hooks.emit_jobs([j for j in jobs if j is not None], JobState.RUNNING, self.source)
+        return ids
+
+    # -- operators: one job, or many --------------------------------------------------------
+
+    async def _state_before(self, job_id: int) -> JobState | None:
+        if not self.hooks.listeners:
+            return None
+        job = await self.inner.job_get(JobGetParams(job_id))
+        return job.state if job is not None else None
+
+    async def job_retry(self, params: JobRetryParams) -> Job | None:
+        before = await self._state_before(params.id)
+        job = await self.inner.job_retry(params)
+        self.hooks.changed(job, before, self.source)
+        return job
+
+    async def job_cancel(self, params: JobCancelParams) -> Job | None:
+        before = await self._state_before(params.id)
+        job = await self.inner.job_cancel(params)
+        self.hooks.changed(job, before, self.source)
+        return job
+
+    async def job_retry_matching(self, params: JobBulkParams) -> list[JobChanged]:
+        changed = await self.inner.job_retry_matching(params)
+        self._emit_changed(changed, JobState.AVAILABLE)
+        return changed
+
+    async def job_discard_matching(self, params: JobBulkParams) -> list[JobChanged]:
+        changed = await self.inner.job_discard_matching(params)
+        self._emit_changed(changed, JobState.DISCARDED)
+        return changed
+
+    def _emit_changed(self, changed: list[JobChanged], state: JobState) -> None:
+        if changed and self.hooks.listeners:
+            self._emit([StateChange(c.id, c.task, c.queue, c.attempt, state, c.previous,
+                                    self.source) for c in changed])
+
+

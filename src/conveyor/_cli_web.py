@@ -15,6 +15,7 @@ from rich.text import Text
 
 from . import cli as root
 from ._app import Conveyor
+from ._operations import Operations
 from ._cli_jobs import STATE_STYLES, console, print_json
 from ._cli_worker import open_app
 from .web import _data
@@ -79,7 +80,7 @@ def dashboard(app_path: str | None, url: str | None, host: str, port: int, read_
 
 
 async def _check(app: Conveyor, min_workers: int) -> tuple[bool, dict[str, Any]]:
-    health = await _data.health(app)
+    health = await _data.health(Operations(app, source="cli"))
     doc: dict[str, Any] = {"database": "ok" if health.reachable else "unreachable",
                            "schema": health.version, "expected_schema": health.latest}
     if not health.reachable:
@@ -114,7 +115,8 @@ def check(app_path: str | None, url: str | None, min_workers: int, as_json: bool
 
 
 async def _status(app: Conveyor) -> tuple[_data.Overview, list[_data.NodeView]]:
-    return await _data.overview(app), await _data.workers(app)
+    ops = Operations(app, source="cli")
+    return await _data.overview(ops), await _data.workers(ops)
 
 
 def _tables(view: _data.Overview, nodes: list[_data.NodeView]) -> Group:

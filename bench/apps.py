@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from conveyor import Conveyor, Task, current_job
-from conveyor._cli_bench import BenchApp
+from conveyor.cli.bench import BenchApp
 
 calls: collections.Counter[str] = collections.Counter()
 _lock = threading.Lock()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor._cli_bench import BenchApp
+from conveyor.cli.bench import BenchApp
 
 from ._targets import Target
 from ._worker import WorkerProcess

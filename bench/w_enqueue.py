@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conveyor._cli_bench import BenchApp, run_bulk, run_single
+from conveyor.cli.bench import BenchApp, run_bulk, run_single
 
 from ._targets import Target
 from .apps import register

@@ -11,7 +11,7 @@ import json
 import time
 from typing import Any
 
-from conveyor._cli_bench import BenchApp, bench_app, percentiles, run_latency
+from conveyor.cli.bench import BenchApp, bench_app, percentiles, run_latency
 
 from ._targets import Target
 from ._worker import WorkerProcess

@@ -8,7 +8,7 @@ import statistics
 import time
 from typing import Any
 
-from conveyor._cli_bench import BenchApp
+from conveyor.cli.bench import BenchApp
 
 from ._targets import Target
 from ._worker import WorkerProcess

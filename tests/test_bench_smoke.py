@@ -14,8 +14,8 @@ from bench import __main__ as suite
 from click.testing import CliRunner
 
 from conveyor import Conveyor
-from conveyor._cli_bench import QUEUE
 from conveyor.cli import cli
+from conveyor.cli.bench import QUEUE
 
 QUICK_CASES = "w1_bulk_b1000,w2_single,w3_burndown,w4,w5,w6,w7"
 

@@ -24,10 +24,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from conveyor import Conveyor, JobState, WorkerConfig
-from conveyor._cli_worker import JsonFormatter, TextFormatter, parse_queues
-from conveyor._demo import prepare_sqlite
 from conveyor._storage import load_migrations
 from conveyor.cli import EXIT_CODES, cli
+from conveyor.cli._logging import JsonFormatter, TextFormatter
+from conveyor.cli.demo import prepare_sqlite
+from conveyor.cli.worker import parse_queues
 
 ROOT = Path(__file__).resolve().parent.parent
 SRC = ROOT / "src"

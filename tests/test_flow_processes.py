@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from conveyor import Job, JobState
-from conveyor._cli_worker import retarget
 from conveyor._cron import ticks_to_run
 from conveyor._storage import LeaderRow
+from conveyor.cli._loading import retarget
 
 from .apps import flow as flow_app
 from .apps.flow import Flow

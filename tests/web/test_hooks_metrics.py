@@ -172,8 +172,8 @@ def test_handler_log_lines_carry_job_fields_in_json(app: Conveyor) -> None:
     import json
     import logging
 
-    from conveyor._cli_worker import JsonFormatter
     from conveyor._logfields import JobFields
+    from conveyor.cli._logging import JsonFormatter
 
     buffer = io.StringIO()
     handler = logging.StreamHandler(buffer)

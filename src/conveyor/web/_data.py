@@ -1,5 +1,5 @@
-"""What each dashboard page (and ``conveyor status``) shows, read through the app's API
-and storage. No web framework here: plain dataclasses in, plain dataclasses out."""
+"""What each dashboard page (and ``conveyor status``) shows, read through the operator
+API (``Operations``). No web framework here: plain dataclasses in, plain dataclasses out."""
 
 from __future__ import annotations
 
@@ -16,21 +16,15 @@ from .._storage import (
     DISCARDABLE_FROM,
     RETRYABLE_FROM,
     DbHealth,
-    DbHealthParams,
     FailureGroup,
-    JobCountByQueueParams,
-    JobCountCappedParams,
-    JobFailureGroupsParams,
     JobFilter,
-    JobSearchParams,
-    MetricsSeriesParams,
     StateCount,
 )
 from ._redact import Redactor
 from ._series import Series, build_series, exposition, hour_window, per_queue
 
 if TYPE_CHECKING:
-    from .._app import Conveyor
+    from .._operations import Operations
 
 #: Characters of args shown in a list row; the detail page shows them all.
 PREVIEW_CHARS = 120
@@ -80,8 +74,8 @@ class Overview:
     workers_alive: int
 
 
-async def state_counts(app: Conveyor) -> list[StateCount]:
-    return await (await app.storage()).job_count_by_queue(JobCountByQueueParams(FINAL_CAP))
+async def state_counts(ops: Operations) -> list[StateCount]:
+    return await ops.count_by_queue(FINAL_CAP)
 
 
 def totals(counts: list[StateCount]) -> dict[str, tuple[int, bool]]:
@@ -92,12 +86,11 @@ def totals(counts: list[StateCount]) -> dict[str, tuple[int, bool]]:
     return out
 
 
-async def queues(app: Conveyor, counts: list[StateCount] | None = None) -> list[QueueView]:
-    storage = await app.storage()
-    counts = counts if counts is not None else await state_counts(app)
-    rows = {q.name: q for q in await storage.queue_list()}
-    nodes = [n for n in await app.list_nodes_async() if n.alive]
-    hour = per_queue(await storage.metrics_series(MetricsSeriesParams(hour_window()[0])))
+async def queues(ops: Operations, counts: list[StateCount] | None = None) -> list[QueueView]:
+    counts = counts if counts is not None else await state_counts(ops)
+    rows = {q.name: q for q in await ops.queue_rows()}
+    nodes = await ops.alive_nodes()
+    hour = per_queue(await ops.metric_series(hour_window()[0]))
     by_queue: dict[str, dict[str, int]] = {}
     for c in counts:
         if c.queue is not None:
@@ -119,15 +112,13 @@ async def queues(app: Conveyor, counts: list[StateCount] | None = None) -> list[
     return out
 
 
-async def overview(app: Conveyor) -> Overview:
-    storage = await app.storage()
-    counts = await state_counts(app)
+async def overview(ops: Operations) -> Overview:
+    counts = await state_counts(ops)
     minutes = hour_window()
-    params = MetricsSeriesParams(minutes[0])
-    series = build_series(await storage.metrics_series(params),
-                          await storage.metrics_depth_series(params), minutes)
-    alive = sum(1 for n in await app.list_nodes_async() if n.alive)
-    return Overview(totals(counts), series, await queues(app, counts), alive)
+    series = build_series(await ops.metric_series(minutes[0]),
+                          await ops.depth_series(minutes[0]), minutes)
+    alive = len(await ops.alive_nodes())
+    return Overview(totals(counts), series, await queues(ops, counts), alive)
 
 
 # -- jobs ------------------------------------------------------------------------------------
@@ -150,26 +141,19 @@ class JobsPage:
     older: int | None
 
 
-async def bounded(app: Conveyor, flt: JobFilter) -> JobFilter:
-    """A search in args covers the newest ``TEXT_SCAN`` jobs only, so it stays fast on
-    any table (ids grow with time; the newest id is one index lookup away)."""
-    if not flt.text or flt.min_id is not None:
-        return flt
-    newest = await (await app.storage()).job_search(JobSearchParams(limit=1))
-    if not newest or newest[0].id <= TEXT_SCAN:
-        return flt
-    return dataclasses.replace(flt, min_id=newest[0].id - TEXT_SCAN + 1)
+async def bounded(ops: Operations, flt: JobFilter) -> JobFilter:
+    """A search in args covers the newest ``TEXT_SCAN`` jobs only."""
+    return await ops.bounded(flt, TEXT_SCAN)
 
 
-async def jobs_page(app: Conveyor, flt: JobFilter, redact: Redactor, *, limit: int,
+async def jobs_page(ops: Operations, flt: JobFilter, redact: Redactor, *, limit: int,
                     before: int | None, after: int | None, cap: int) -> JobsPage:
-    storage = await app.storage()
-    flt = await bounded(app, flt)
-    jobs = await storage.job_search(JobSearchParams(flt, limit + 1, before, after))
+    flt = await bounded(ops, flt)
+    jobs = await ops.search_jobs(flt, limit + 1, before, after)
     more = len(jobs) > limit
     # A newer page was read upwards: its extra row is the newest one, at the front.
     jobs = jobs[-limit:] if after is not None else jobs[:limit]
-    count = await storage.job_count_capped(JobCountCappedParams(flt, cap + 1))
+    count = await ops.count_matching(flt, cap + 1)
     rows = [JobRow(j, preview([j.args, j.kwargs]), last_error(j)) for j in map(redact, jobs)]
     newer = jobs[0].id if jobs and (before is not None or (after is not None and more)) else None
     older = jobs[-1].id if jobs and (more or after is not None) else None
@@ -221,8 +205,8 @@ def timeline(job: Job) -> list[TimelineEntry]:
     return entries
 
 
-async def job_detail(app: Conveyor, job_id: int, redact: Redactor) -> JobDetail | None:
-    job = await app.get_job_async(job_id)
+async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetail | None:
+    job = await ops.get_job(job_id)
     if job is None:
         return None
     return JobDetail(
@@ -232,16 +216,16 @@ async def job_detail(app: Conveyor, job_id: int, redact: Redactor) -> JobDetail 
     )
 
 
-async def failure_groups(app: Conveyor, queue: str | None, task: str | None) -> list[FailureGroup]:
-    storage = await app.storage()
-    return await storage.job_failure_groups(JobFailureGroupsParams(queue=queue, task=task))
+async def failure_groups(ops: Operations, queue: str | None,
+                         task: str | None) -> list[FailureGroup]:
+    return await ops.failure_groups(queue, task)
 
 
 # -- schedules, workers, health, metrics --------------------------------------------------------
 
 
-async def schedules(app: Conveyor) -> list[ScheduleInfo]:
-    return await app.list_schedules_async()
+async def schedules(ops: Operations) -> list[ScheduleInfo]:
+    return await ops.app.list_schedules_async()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -257,30 +241,26 @@ class NodeView:
     leader: bool
 
 
-async def workers(app: Conveyor) -> list[NodeView]:
-    storage = await app.storage()
-    nodes = await app.list_nodes_async()
-    running = await storage.job_count_running_by_node()
-    leader = await app.get_leader_async()
-    now = await storage.clock_now()
+async def workers(ops: Operations) -> list[NodeView]:
+    nodes = await ops.nodes()
+    running = await ops.running_by_node()
+    leader = await ops.leader()
+    now = await ops.clock_now()
     return [NodeView(n.id, n.hostname, n.pid, n.queues, n.started_at,
                      max((now - n.heartbeat_at).total_seconds(), 0.0), n.alive,
                      running.get(n.id, 0), leader is not None and leader.node_id == n.id)
             for n in nodes]
 
 
-async def health(app: Conveyor, timeout: float = 3.0) -> DbHealth:
-    """Asked of a storage that was never opened: opening SQLite would create a missing
-    database file, and a health check must not."""
-    return await app._offline.db_health(DbHealthParams(timeout))
+async def health(ops: Operations, timeout: float = 3.0) -> DbHealth:
+    return await ops.health(timeout)
 
 
-async def prometheus(app: Conveyor) -> str:
-    storage = await app.storage()
-    counts = await state_counts(app)
-    nodes = await app.list_nodes_async()
+async def prometheus(ops: Operations) -> str:
+    counts = await state_counts(ops)
+    alive = await ops.alive_nodes()
     names = {c.queue for c in counts if c.queue is not None}
-    names |= {q.name for q in await storage.queue_list()}
-    names |= {q for n in nodes if n.alive for q in n.queues}
-    return exposition(await storage.metrics_totals(), counts, sorted(names),
-                      sum(1 for n in nodes if n.alive), __version__)
+    names |= {q.name for q in await ops.queue_rows()}
+    names |= {q for n in alive for q in n.queues}
+    return exposition(await ops.metric_totals(), counts, sorted(names), len(alive),
+                      __version__)

@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import os
 import random
-import sqlite3
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -27,19 +27,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ._app import Conveyor
-from ._cli_jobs import STATE_STYLES, last_error
-from ._config import DEFAULT_URL, WorkerConfig
-from ._context import current_job
-from ._job import FINAL_STATES, Job, JobState
-from ._runtime import Worker
-from ._task import JobSpec, Task
+from .._app import Conveyor
+from .._config import DEFAULT_URL, WorkerConfig
+from .._context import current_job
+from .._job import FINAL_STATES, Job, JobState
+from .._operations import Operations
+from .._runtime import Worker
+from .._task import JobSpec, Task
+from ._base import EPILOG, EXIT_INTERRUPTED, common_options
+from ._loading import check_url, resolve_url
+from ._render import STATE_STYLES, last_error
 
 #: Queue -> concurrency of the demo's worker.
 DEMO_QUEUES = {"mail": 50, "images": 8, "inventory": 20, "billing": 10, "webhooks": 2}
 BATCH = 1000
 POLL_INTERVAL = 0.2
-EXIT_INTERRUPTED = 130
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -129,23 +131,23 @@ def prepare_sqlite(path: str) -> bool:
 
 
 def _check_removable(path: str) -> None:
+    """Only a Conveyor database no live worker uses, asked through the app (read-only
+    first: a file that is not Conveyor's is never opened for writing)."""
     refuse = f"refusing to remove {path!r}: "
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    app = Conveyor(f"sqlite:///{path}")
+
+    async def live_workers() -> int:
+        ops = Operations(app, source="demo")
+        health = await ops.health()
+        if not health.reachable or not health.version:
+            raise click.ClickException(refuse + f"it is not a Conveyor database "
+                                       f"({health.error or 'no schema'}); use --url")
         try:
-            tables = {row[0] for row in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            live = 0
-            if "conveyor_nodes" in tables:
-                live = conn.execute("SELECT count(*) FROM conveyor_nodes WHERE heartbeat_at > ?",
-                                    (time.time() - 60,)).fetchone()[0]
+            return len(await ops.alive_nodes())
         finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise click.ClickException(refuse + f"it is not a readable SQLite database ({exc})") \
-            from None
-    if "conveyor_jobs" not in tables:
-        raise click.ClickException(refuse + "it is not a Conveyor database; use --url")
+            await app.close_async()
+
+    live = asyncio.run(live_workers())
     if live:
         raise click.ClickException(refuse + f"{live} worker(s) seem to be using it; stop them "
                                    "or use --url")
@@ -317,3 +319,17 @@ def run_demo(url: str, total: int) -> int:
         out.print("interrupted before every job finished", style="yellow")
     out.print(Text(f"inspect with: {hint(url)}", style="bold"), soft_wrap=True)
     return EXIT_INTERRUPTED if outcome.interrupted else 0
+
+
+@click.command(epilog=EPILOG)
+@click.option("--jobs", "total", type=click.IntRange(10, 100_000), default=3000,
+              show_default=True, help="How many jobs to enqueue.")
+@common_options
+def demo(total: int, app_path: str | None, url: str | None) -> None:
+    """Enqueue a few thousand demo jobs on a fresh ./conveyor.db and run them live.
+
+    Afterwards, `conveyor jobs list` shows what happened.
+    """
+    target = resolve_url(app_path, url)
+    check_url(target)
+    sys.exit(run_demo(target, total))

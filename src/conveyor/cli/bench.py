@@ -25,11 +25,13 @@ from typing import Any
 
 import click
 
-from ._app import Conveyor
-from ._config import WorkerConfig
-from ._runtime import Worker
-from ._storage import Storage
-from ._task import Task
+from .._app import Conveyor
+from .._config import WorkerConfig
+from .._operations import Operations
+from .._runtime import Worker
+from .._storage import Storage
+from .._task import Task
+from ._loading import check_url, resolve_url
 
 QUEUE = "conveyor-bench"
 TASK = "conveyor_bench_noop"
@@ -257,20 +259,17 @@ def _idle_worker(app: Conveyor, ready: threading.Event, stop: threading.Event) -
 
 
 def clean(url: str) -> int:
-    """Delete this benchmark's rows (queue ``conveyor-bench``) and nothing else."""
-    if url.lower().startswith("sqlite:///"):
-        import sqlite3
+    """Delete this benchmark's rows (queue ``conveyor-bench``) and nothing else, through
+    a plain app of its own (its round trips are not the benchmark's)."""
+    app = Conveyor(url)
 
-        conn = sqlite3.connect(url[len("sqlite:///"):], timeout=30)
+    async def delete() -> int:
         try:
-            with conn:
-                return conn.execute("DELETE FROM conveyor_jobs WHERE queue = ?", (QUEUE,)).rowcount
+            return await Operations(app, source="bench").delete_queue_jobs(QUEUE)
         finally:
-            conn.close()
-    import psycopg
+            await app.close_async()
 
-    with psycopg.connect(url, autocommit=True) as pg:
-        return pg.execute("DELETE FROM conveyor_jobs WHERE queue = %s", [QUEUE]).rowcount
+    return asyncio.run(delete())
 
 
 def run_workload(url: str, workload: str, jobs: int, concurrency: int) -> dict[str, Any]:
@@ -323,8 +322,6 @@ def bench(url: str | None, jobs: int, concurrency: int, workload: str, as_json: 
     Your own jobs are never touched: the benchmark writes only to the 'conveyor-bench'
     queue and deletes only that queue's rows, before and after each workload.
     """
-    from ._cli_worker import check_url, resolve_url
-
     target = resolve_url(None, url)
     check_url(target)
     results = []

@@ -1,10 +1,11 @@
-"""Rendering shared by pages and actions: the template environment, the context every
-page gets, flash messages and safe redirects."""
+"""What every route handler gets: a ``Context`` with the settings, the templates, the
+operator API and the page helpers (render, flash redirects, audit log)."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 from urllib.parse import quote, unquote
 
 import jinja2
@@ -12,12 +13,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from .._operations import Operations
 from ._format import FILTERS
 from ._security import csrf_token
 from ._settings import Settings
-
-if TYPE_CHECKING:
-    from .._app import Conveyor
 
 log = logging.getLogger("conveyor.web")
 
@@ -50,13 +49,27 @@ def environment() -> jinja2.Environment:
     return env
 
 
-class DashboardBase:
-    """Holds the app and settings; pages and actions are mixins of ``Dashboard``."""
+#: A route handler: a plain function of the context and the request.
+Handler = Callable[["Context", Request], Awaitable[Response]]
 
-    def __init__(self, app: Conveyor, settings: Settings) -> None:
-        self.app = app
+
+class Context:
+    """One dashboard's settings, templates and operations, shared by its handlers."""
+
+    def __init__(self, ops: Operations, settings: Settings) -> None:
+        self.ops = ops
+        self.app = ops.app
         self.settings = settings
         self.templates = Jinja2Templates(env=environment())
+
+    def bind(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        """``handler`` as a Starlette endpoint of this dashboard."""
+
+        async def endpoint(request: Request) -> Response:
+            return await handler(self, request)
+
+        endpoint.__name__ = handler.__name__
+        return endpoint
 
     @staticmethod
     def url(request: Request, path: str) -> str:

@@ -1,0 +1,244 @@
+"""The operator API: what the dashboard and the CLI read and change, through the app.
+
+``Operations(app)`` calls the app's public methods and ``await app.storage()``; it never
+reaches for the app's private state, so the dashboard and the CLI see exactly what the
+app sees. Every state change made here is announced through ``_emit`` (one helper, to
+be removed once the storage choke point emits state changes itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from ._errors import JobNotFoundError
+from ._hooks import StateChange, job_change
+from ._job import Job, JobState
+from ._storage import (
+    DbHealth,
+    DbHealthParams,
+    DepthPoint,
+    FailureGroup,
+    JobBulkParams,
+    JobCancelParams,
+    JobChanged,
+    JobCountByQueueParams,
+    JobCountCappedParams,
+    JobFailureGroupsParams,
+    JobFilter,
+    JobGetParams,
+    JobRetryParams,
+    JobSearchParams,
+    LeaderRow,
+    MetricPoint,
+    MetricsSeriesParams,
+    MetricTotal,
+    Migration,
+    NodeRow,
+    QueueRow,
+    StateCount,
+    WakeHub,
+    create_storage,
+    load_migrations,
+)
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from ._app import Conveyor
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobAction:
+    """A single-job action: the job before it, and after (None: not allowed in its state)."""
+
+    before: Job
+    after: Job | None
+
+
+class Operations:
+    """Reads and actions for operators, on one app. ``source`` names who acts in the
+    state-change events (``"dashboard"``, ``"cli"``)."""
+
+    def __init__(self, app: Conveyor, source: str = "dashboard") -> None:
+        self.app = app
+        self.source = source
+
+    # -- the database -------------------------------------------------------------------------
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgres"``, without connecting."""
+        dialect = getattr(self.app, "dialect", None)  # fallback until Conveyor.dialect lands
+        if isinstance(dialect, str):
+            return dialect
+        return create_storage(self.app.url, WakeHub(), 1).capabilities.dialect
+
+    def all_migrations(self) -> list[Migration]:
+        """Every migration of the app's dialect, read offline."""
+        return load_migrations(self.dialect)
+
+    def pending_migrations(self) -> list[Migration]:
+        """Migrations the database still needs (applies nothing)."""
+        pending = getattr(self.app, "pending_migrations", None)  # fallback until core lands
+        if callable(pending):
+            found: list[Migration] = pending()
+            return found
+        return self.app.migrate(dry_run=True)
+
+    async def health(self, timeout: float = 3.0) -> DbHealth:
+        """Asked of a fresh storage that is never opened: opening SQLite would create a
+        missing database file, and a health check must not."""
+        probe = create_storage(self.app.url, WakeHub(), 1)
+        return await probe.db_health(DbHealthParams(timeout))
+
+    async def delete_queue_jobs(self, queue: str) -> int:
+        """Delete every job of ``queue`` (``conveyor bench`` cleans its own queue)."""
+        storage: Any = await self.app.storage()
+        delete = getattr(storage, "job_delete_by_queue", None)
+        if delete is not None:
+            return int(await delete(queue))
+        from ._bench_fallback import delete_by_queue  # until the storage track lands
+
+        return delete_by_queue(self.app.url, queue)
+
+    # -- reads --------------------------------------------------------------------------------
+
+    async def count_by_queue(self, cap: int) -> list[StateCount]:
+        """Jobs per queue and state; final states stop counting at ``cap``."""
+        storage = await self.app.storage()
+        return await storage.job_count_by_queue(JobCountByQueueParams(cap))
+
+    async def queue_rows(self) -> list[QueueRow]:
+        return await (await self.app.storage()).queue_list()
+
+    async def nodes(self) -> list[NodeRow]:
+        return await self.app.list_nodes_async()
+
+    async def alive_nodes(self) -> list[NodeRow]:
+        return [n for n in await self.app.list_nodes_async() if n.alive]
+
+    async def leader(self) -> LeaderRow | None:
+        return await self.app.get_leader_async()
+
+    async def running_by_node(self) -> dict[str, int]:
+        return await (await self.app.storage()).job_count_running_by_node()
+
+    async def clock_now(self) -> datetime:
+        return await (await self.app.storage()).clock_now()
+
+    async def metric_series(self, since: float) -> list[MetricPoint]:
+        storage = await self.app.storage()
+        return await storage.metrics_series(MetricsSeriesParams(since))
+
+    async def depth_series(self, since: float) -> list[DepthPoint]:
+        storage = await self.app.storage()
+        return await storage.metrics_depth_series(MetricsSeriesParams(since))
+
+    async def metric_totals(self) -> list[MetricTotal]:
+        return await (await self.app.storage()).metrics_totals()
+
+    async def get_job(self, job_id: int) -> Job | None:
+        return await self.app.get_job_async(job_id)
+
+    async def search_jobs(self, flt: JobFilter, limit: int, before: int | None = None,
+                          after: int | None = None) -> list[Job]:
+        storage = await self.app.storage()
+        return await storage.job_search(JobSearchParams(flt, limit, before, after))
+
+    async def count_matching(self, flt: JobFilter, cap: int) -> int:
+        """Jobs matching ``flt``, counted up to ``cap`` at most."""
+        storage = await self.app.storage()
+        return await storage.job_count_capped(JobCountCappedParams(flt, cap))
+
+    async def bounded(self, flt: JobFilter, scan: int) -> JobFilter:
+        """A search in args covers the newest ``scan`` jobs only, so it stays fast on any
+        table (ids grow with time; the newest id is one index lookup away)."""
+        if not flt.text or flt.min_id is not None:
+            return flt
+        newest = await self.search_jobs(JobFilter(), 1)
+        if not newest or newest[0].id <= scan:
+            return flt
+        return dataclasses.replace(flt, min_id=newest[0].id - scan + 1)
+
+    async def failure_groups(self, queue: str | None, task: str | None) -> list[FailureGroup]:
+        storage = await self.app.storage()
+        return await storage.job_failure_groups(JobFailureGroupsParams(queue=queue, task=task))
+
+    # -- one job ------------------------------------------------------------------------------
+
+    async def retry_job(self, job_id: int) -> JobAction:
+        """Back in its queue now, with one more attempt (``after`` None: not allowed)."""
+        storage = await self.app.storage()
+        return await self._one(job_id, lambda: storage.job_retry(JobRetryParams(job_id)))
+
+    async def cancel_job(self, job_id: int) -> JobAction:
+        """Cancelled at once if waiting; a running job is stopped by its worker."""
+        storage = await self.app.storage()
+        return await self._one(job_id, lambda: storage.job_cancel(JobCancelParams(job_id)))
+
+    async def discard_job(self, job_id: int) -> JobAction:
+        """Discarded now, if it is waiting."""
+        before = await self._before(job_id)
+        changed = await self._matching("discard", JobFilter(ids=(job_id,)), 1)
+        return JobAction(before, before if changed else None)
+
+    async def _before(self, job_id: int) -> Job:
+        storage = await self.app.storage()
+        before = await storage.job_get(JobGetParams(job_id))
+        if before is None:
+            raise JobNotFoundError(f"no job with id {job_id}")
+        return before
+
+    async def _one(self, job_id: int, change: Callable[[], Awaitable[Job | None]]) -> JobAction:
+        before = await self._before(job_id)
+        after = await change()
+        if after is not None and after.state != before.state:
+            self._emit([job_change(after, before.state, self.source)])
+        return JobAction(before, after)
+
+    # -- many jobs ----------------------------------------------------------------------------
+
+    async def retry_matching(self, flt: JobFilter, limit: int) -> int:
+        """Retry every job matching ``flt``, at most ``limit``; how many were retried."""
+        return await self._matching("retry", flt, limit)
+
+    async def discard_matching(self, flt: JobFilter, limit: int) -> int:
+        """Discard every waiting job matching ``flt``, at most ``limit``."""
+        return await self._matching("discard", flt, limit)
+
+    async def _matching(self, action: str, flt: JobFilter, limit: int) -> int:
+        storage = await self.app.storage()
+        params = JobBulkParams(flt, limit=limit)
+        if action == "retry":
+            changed = await storage.job_retry_matching(params)
+            state = JobState.AVAILABLE
+        else:
+            changed = await storage.job_discard_matching(params)
+            state = JobState.DISCARDED
+        self._emit([_bulk_change(c, state, self.source) for c in changed])
+        return len(changed)
+
+    # -- schedules ------------------------------------------------------------------------------
+
+    async def trigger_schedule(self, name: str) -> Job:
+        """Enqueue schedule ``name``'s job now, outside its ticks."""
+        job = await self.app.trigger_schedule_async(name)
+        self._emit([job_change(job, None, self.source)])
+        return job
+
+    # -- the one place that announces state changes ---------------------------------------------
+
+    def _emit(self, changes: list[StateChange]) -> None:
+        """Tell the app's state-change listeners (to be removed when the storage choke
+        point emits every persisted transition itself)."""
+        if changes and self.app.hooks.listeners:
+            self.app.hooks.emit(changes)
+
+
+def _bulk_change(c: JobChanged, state: JobState, source: str) -> StateChange:
+    return StateChange(c.id, c.task, c.queue, c.attempt, state, c.previous, source)
+
+
+__all__ = ["JobAction", "Operations"]

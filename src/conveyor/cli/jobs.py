@@ -1,0 +1,198 @@
+"""``conveyor jobs``: list, show, retry, cancel and explain jobs, with their rendering.
+
+Tables go to stdout through rich; ``--json`` prints one JSON document instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich import box
+from rich.console import Group, RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from .._app import Conveyor
+from .._job import Job
+from ._base import CONTEXT, EPILOG, CliFailure, common_options, json_option, run_async
+from ._loading import open_app
+from ._render import (
+    STATES,
+    compact,
+    console,
+    last_error,
+    print_json,
+    shorten,
+    state_text,
+    when,
+)
+
+# -- list and show -----------------------------------------------------------------------
+
+
+async def list_jobs(
+    app: Conveyor, state: str | None, queue: str | None, task: str | None, limit: int
+) -> list[Job]:
+    try:
+        return await app.list_jobs_async(state=state, queue=queue, task=task, limit=limit)
+    except ValueError as exc:  # a malformed queue or task name
+        raise click.UsageError(str(exc)) from None
+
+
+def call_text(job: Job, limit: int = 40) -> str:
+    """``"a@b.c", subject="hi"``: the job's arguments as a call, shortened."""
+    parts = [compact(a, limit) for a in job.args]
+    parts += [f"{k}={compact(v, limit)}" for k, v in job.kwargs.items()]
+    return shorten(", ".join(parts), limit)
+
+
+def jobs_table(jobs: list[Job], *, wide: bool = True) -> Table:
+    """Identity columns never wrap; narrow terminals get one args-or-error column."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", justify="right", style="bold", no_wrap=True)
+    for name in ("task", "queue", "state"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("attempt", justify="right", no_wrap=True)
+    if wide:
+        table.add_column("scheduled", no_wrap=True)
+        table.add_column("args", overflow="ellipsis", min_width=12)
+        table.add_column("last error", overflow="ellipsis", min_width=12)
+    else:
+        table.add_column("args / last error", overflow="ellipsis", min_width=12)
+    for job in jobs:
+        error = Text(shorten(last_error(job), 80), style="red")
+        args = Text(call_text(job))
+        extra = [when(job.scheduled_at, short=True), args, error] if wide else [
+            error if job.errors else args]
+        table.add_row(str(job.id), Text(job.task), Text(job.queue), state_text(job.state),
+                      f"{job.attempt}/{job.max_attempts}", *extra)
+    return table
+
+
+def show_jobs(jobs: list[Job], *, as_json: bool, single: bool = False) -> None:
+    """A list of jobs (or one, with ``single``) as a table or JSON."""
+    if as_json:
+        print_json(jobs[0].to_dict() if single else [job.to_dict() for job in jobs])
+        return
+    out = console()
+    if not jobs:
+        out.print("no jobs match", style="dim")
+        return
+    out.print(jobs_table(jobs, wide=out.width >= 120))
+    if not single and len(jobs) > 1:
+        out.print(f"{len(jobs)} job(s), newest first", style="dim")
+
+
+def detail_table(job: Job) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in job.to_dict().items():
+        if key == "errors":
+            continue
+        if key == "state":
+            rendered: RenderableType = state_text(job.state)
+        elif isinstance(value, list | dict):
+            rendered = Text(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+        else:
+            rendered = Text("-" if value is None else str(value))
+        grid.add_row(key, rendered)
+    return grid
+
+
+def error_panels(job: Job) -> list[Panel]:
+    panels = []
+    for entry in job.errors:
+        body = Text(str(entry.get("error", "")), style="red")
+        if entry.get("traceback"):
+            body.append("\n\n")
+            body.append(str(entry["traceback"]).rstrip(), style="dim")
+        title = f"attempt {entry.get('attempt', '?')} · {entry.get('at', '')}"
+        panels.append(Panel(body, title=title, title_align="left", border_style="red"))
+    return panels
+
+
+def show_detail(job: Job, *, as_json: bool) -> None:
+    if as_json:
+        print_json(job.to_dict())
+        return
+    parts: list[RenderableType] = [detail_table(job)]
+    errors = error_panels(job)
+    parts.append(Text(f"\nerrors ({len(errors)})", style="bold"))
+    parts.extend(errors or [Text("none", style="dim")])
+    console().print(Group(*parts))
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+@click.group(context_settings=CONTEXT, epilog=EPILOG)
+def jobs() -> None:
+    """Inspect and manage jobs: list, show, retry, cancel."""
+
+
+@jobs.command("list", epilog=EPILOG)
+@click.option("--state", type=click.Choice(STATES), help="Only jobs in this state.")
+@click.option("--queue", help="Only jobs of this queue.")
+@click.option("--task", "task_name", help="Only jobs of this task.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@json_option
+@common_options
+def jobs_list(state: str | None, queue: str | None, task_name: str | None, limit: int,
+              as_json: bool, app_path: str | None, url: str | None) -> None:
+    """List jobs, newest first."""
+    app = open_app(app_path, url)
+    found = run_async(app, lambda: list_jobs(app, state, queue, task_name, limit))
+    show_jobs(found, as_json=as_json)
+
+
+@jobs.command("show", epilog=EPILOG)
+@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
+@json_option
+@common_options
+def jobs_show(job_id: int, as_json: bool, app_path: str | None, url: str | None) -> None:
+    """Show every field of one job, with each attempt's error and traceback."""
+    app = open_app(app_path, url)
+    job = run_async(app, lambda: app.get_job_async(job_id))
+    if job is None:
+        raise CliFailure(f"no job with id {job_id}")
+    show_detail(job, as_json=as_json)
+
+
+@jobs.command("retry", epilog=EPILOG)
+@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
+@json_option
+@common_options
+def jobs_retry(job_id: int, as_json: bool, app_path: str | None, url: str | None) -> None:
+    """Put a finished or waiting job back in its queue now, with one more attempt."""
+    app = open_app(app_path, url)
+    job = run_async(app, lambda: app.retry_job_async(job_id))
+    show_jobs([job], as_json=as_json, single=True)
+
+
+@jobs.command("cancel", epilog=EPILOG)
+@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
+@json_option
+@common_options
+def jobs_cancel(job_id: int, as_json: bool, app_path: str | None, url: str | None) -> None:
+    """Cancel a job: at once if queued; a running job is stopped by its worker."""
+    app = open_app(app_path, url)
+    job = run_async(app, lambda: app.cancel_job_async(job_id))
+    show_jobs([job], as_json=as_json, single=True)
+
+
+@jobs.command("explain", epilog=EPILOG)
+@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
+@json_option
+@common_options
+def jobs_explain(job_id: int, as_json: bool, app_path: str | None, url: str | None) -> None:
+    """Say why a job is not running yet (or that it is next)."""
+    app = open_app(app_path, url)
+    found = run_async(app, lambda: app.explain_job_async(job_id))
+    if as_json:
+        print_json({"id": job_id, "state": found.job.state.value, "reasons": found.reasons,
+                    "notes": found.notes})
+    else:
+        console().print(Text(str(found)))

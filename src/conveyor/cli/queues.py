@@ -1,0 +1,97 @@
+"""``conveyor queues``: see and control queues on every worker."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from .._app_flow import QueueInfo
+from ._base import CONTEXT, EPILOG, common_options, json_option, run_async
+from ._loading import open_app
+from ._render import console, print_json
+
+
+def _queues_table(queues: list[QueueInfo]) -> Table:
+    table = Table(box=box.SIMPLE_HEAVY, title="Queues")
+    for header in ("queue", "paused", "concurrency", "rate limit", "nodes", "available",
+                   "running", "scheduled", "retryable", "discarded"):
+        table.add_column(header)
+    for q in queues:
+        limit = "per worker" if q.concurrency is None else f"{q.concurrency} ({q.scope})"
+        table.add_row(Text(q.name), Text("paused", style="red") if q.paused else Text("no"),
+                      limit, q.rate_limit or "-", str(len(q.nodes)),
+                      *(str(q.counts.get(s, 0)) for s in
+                        ("available", "running", "scheduled", "retryable", "discarded")))
+    return table
+
+
+def _doc(value: Any) -> Any:
+    return dataclasses.asdict(value)
+
+
+@click.group(context_settings=CONTEXT, epilog=EPILOG)
+def queues() -> None:
+    """See and control queues on every worker: list, pause, resume, scale, rate."""
+
+@queues.command("list", epilog=EPILOG)
+@json_option
+@common_options
+def queues_list(as_json: bool, app_path: str | None, url: str | None) -> None:
+    """Queues with their live settings, serving nodes and jobs per state."""
+    app = open_app(app_path, url)
+    found = run_async(app, app.list_queues_async)
+    if as_json:
+        print_json([_doc(q) for q in found])
+    else:
+        console().print(_queues_table(found))
+
+def _queue_action(name: str, app_path: str | None, url: str | None, verb: str,
+                  action: Any) -> None:
+    app = open_app(app_path, url)
+    run_async(app, lambda: action(app))
+    click.echo(f"queue {name}: {verb} (every worker applies it within about a second)")
+
+@queues.command("pause", epilog=EPILOG)
+@click.argument("name")
+@common_options
+def queues_pause(name: str, app_path: str | None, url: str | None) -> None:
+    """Stop starting jobs of queue NAME on every worker."""
+    _queue_action(name, app_path, url, "paused", lambda a: a.pause_queue_async(name))
+
+@queues.command("resume", epilog=EPILOG)
+@click.argument("name")
+@common_options
+def queues_resume(name: str, app_path: str | None, url: str | None) -> None:
+    """Start jobs of queue NAME again."""
+    _queue_action(name, app_path, url, "resumed", lambda a: a.resume_queue_async(name))
+
+@queues.command("scale", epilog=EPILOG)
+@click.argument("name")
+@click.argument("concurrency", required=False, type=click.IntRange(min=1))
+@click.option("--per-node", is_flag=True,
+              help="Apply CONCURRENCY on every node instead of splitting it across nodes.")
+@click.option("--reset", is_flag=True, help="Back to each worker's own -q/-c setting.")
+@common_options
+def queues_scale(name: str, concurrency: int | None, per_node: bool, reset: bool,
+                 app_path: str | None, url: str | None) -> None:
+    """Set queue NAME's concurrency: a cluster total shared by its nodes (default)."""
+    if (concurrency is None) == (not reset):
+        raise click.UsageError("give CONCURRENCY or --reset")
+    verb = "reset to each worker's setting" if reset else (
+        f"concurrency {concurrency} {'per node' if per_node else 'in total'}")
+    _queue_action(name, app_path, url, verb,
+                  lambda a: a.set_queue_concurrency_async(name, concurrency, per_node=per_node))
+
+@queues.command("rate", epilog=EPILOG)
+@click.argument("name")
+@click.argument("rate", required=False)
+@common_options
+def queues_rate(name: str, rate: str | None, app_path: str | None, url: str | None) -> None:
+    """Limit how often jobs of queue NAME start, like 100/m; no RATE removes it."""
+    _queue_action(name, app_path, url, f"rate limit {rate or 'removed'}",
+                  lambda a: a.set_queue_rate_limit_async(name, rate))

@@ -1,0 +1,77 @@
+"""``conveyor schedules``: periodic jobs, listed, paused, resumed or run now."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from .._app import Conveyor
+from .._app_flow import ScheduleInfo
+from ._base import CONTEXT, EPILOG, common_options, json_option, run_async
+from ._loading import open_app
+from ._render import console, print_json, when
+
+
+def _schedules_table(schedules: list[ScheduleInfo]) -> Table:
+    table = Table(box=box.SIMPLE_HEAVY, title="Schedules")
+    for header in ("name", "task", "cron", "timezone", "misfire", "paused", "last run",
+                   "next run", "defined in"):
+        table.add_column(header)
+    for s in schedules:
+        r = s.row
+        misfire = f"backfill {r.backfill}" if r.misfire == "backfill" else r.misfire
+        table.add_row(Text(r.name), Text(r.task), Text(r.cron), r.timezone, misfire,
+                      Text("paused", style="red") if r.paused else Text("no"),
+                      when(r.last_tick), when(s.next_run), "code" if s.defined_in_code else "runtime")
+    return table
+
+
+def _doc(value: Any) -> Any:
+    return dataclasses.asdict(value)
+
+
+@click.group(context_settings=CONTEXT, epilog=EPILOG)
+def schedules() -> None:
+    """Periodic jobs: list, pause, resume, run now."""
+
+@schedules.command("list", epilog=EPILOG)
+@json_option
+@common_options
+def schedules_list(as_json: bool, app_path: str | None, url: str | None) -> None:
+    """Schedules with their last and next run."""
+    app = open_app(app_path, url)
+    found = run_async(app, app.list_schedules_async)
+    if as_json:
+        print_json([{**_doc(s.row), "next_run": s.next_run, "defined_in_code": s.defined_in_code}
+                    for s in found])
+    else:
+        console().print(_schedules_table(found))
+
+
+def _act(app: Conveyor, name: str, verb: str) -> Any:
+    return {"pause": app.pause_schedule_async, "resume": app.resume_schedule_async,
+            "run": app.trigger_schedule_async}[verb](name)
+
+
+def _verb_command(verb: str, text: str) -> click.Command:
+    """``conveyor schedules VERB NAME``."""
+
+    def command(name: str, app_path: str | None, url: str | None) -> None:
+        app = open_app(app_path, url)
+        result = run_async(app, lambda: _act(app, name, verb))
+        done = f"enqueued job {result.id}" if verb == "run" else f"{verb}d"
+        click.echo(f"schedule {name}: {done}")
+
+    command.__doc__ = text
+    return click.command(verb, epilog=EPILOG)(common_options(click.argument("name")(command)))
+
+
+for _verb, _text in (("pause", "Stop enqueuing schedule NAME's ticks."),
+                     ("resume", "Enqueue schedule NAME's ticks again."),
+                     ("run", "Enqueue schedule NAME's job now, outside its ticks.")):
+    schedules.add_command(_verb_command(_verb, _text))

@@ -1,0 +1,184 @@
+"""``conveyor worker``: run a worker, or N of them under a supervisor.
+
+Every ``WorkerConfig`` setting is a flag (``lease_ttl`` -> ``--lease-ttl``), generated
+from the dataclass fields: a new setting gets its flag, default and help (the field's
+``metadata["help"]``) without touching this file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from .. import _payload
+from .._config import WorkerConfig
+from ._base import EPILOG, common_options, run_async
+from ._loading import open_app
+from ._logging import LOG_LEVELS, configure_logging
+from ._supervisor import exit_if_handlers_linger, supervise
+
+#: WorkerConfig fields with their own hand-written options (-q/-c, --burst).
+NOT_FLAGS = frozenset({"queues", "burst"})
+#: Help until every WorkerConfig field carries ``metadata={"help": ...}``.
+FALLBACK_HELP = {
+    "shutdown_timeout": "Seconds running jobs get to finish on shutdown.",
+    "lease_ttl": "Seconds a claimed job stays ours without a heartbeat.",
+    "heartbeat_interval": "Seconds between lease heartbeats.",
+    "leader_ttl": "Seconds of the leader lease; a dead leader is replaced within it.",
+    "completed_retention": "Seconds completed and cancelled jobs are kept before the "
+    "leader's pruner deletes them.",
+    "discarded_retention": "Seconds discarded jobs are kept before they are pruned.",
+    "node_ttl": "Seconds without a heartbeat before a node counts as dead.",
+    "fetch_limit": "Largest number of jobs claimed in one round trip.",
+    "sync_threads": "Threads for sync handlers (default: the total concurrency).",
+    "metrics_retention": "Seconds per-minute metric rollups are kept; 0 turns them off.",
+    "rescue_interval": "Seconds between rescues of jobs whose lease expired.",
+    "stage_interval": "Seconds between moves of due scheduled jobs to available.",
+    "cron_interval": "Seconds between checks of the schedules (leader only).",
+    "settings_interval": "Seconds between reads of queue settings (pause, concurrency, rate).",
+    "prune_interval": "Seconds between prunes of old jobs (leader only).",
+    "metrics_interval": "Seconds between metric flushes.",
+}
+
+
+def config_fields() -> list[dataclasses.Field[Any]]:
+    """The WorkerConfig fields that become flags, in declaration order."""
+    return [f for f in dataclasses.fields(WorkerConfig) if f.name not in NOT_FLAGS]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _param_type(name: str, kind: Any) -> click.FloatRange | click.IntRange:
+    """Seconds are floats; timeouts and retentions may be 0, other durations not."""
+    if kind is float:
+        if name.endswith(("_retention", "_timeout")):
+            return click.FloatRange(min=0)
+        return click.FloatRange(min=0, min_open=True)
+    return click.IntRange(min=1)
+
+
+def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """One option per WorkerConfig field, named, typed and documented after it."""
+    hints = typing.get_type_hints(WorkerConfig)
+    for f in reversed(config_fields()):
+        kind = hints[f.name]
+        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
+        help_text = f.metadata.get("help") or FALLBACK_HELP.get(f.name) or (
+            f"WorkerConfig.{f.name}")
+        fn = click.option(_flag(f.name), f.name, type=_param_type(f.name, base),
+                          default=f.default, show_default=f.default is not None,
+                          help=help_text)(fn)
+    return fn
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """The worker command's options, parsed; children of a supervisor get the same."""
+
+    queues: dict[str, int]
+    concurrency: int = 10
+    burst: bool = False
+    #: WorkerConfig field -> value, for every generated flag.
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    log_level: str = "INFO"
+    log_format: str = "text"
+
+
+def parse_queues(specs: Sequence[str], concurrency: int) -> dict[str, int]:
+    """``("default,mail:5",)`` -> ``{"default": concurrency, "mail": 5}``."""
+    queues: dict[str, int] = {}
+    for entry in (part.strip() for spec in specs for part in spec.split(",")):
+        if not entry:
+            continue
+        name, sep, limit = entry.partition(":")
+        name = name.strip()
+        if not name:
+            raise click.BadParameter(f"empty queue name in {entry!r}", param_hint="-q")
+        if not sep:
+            queues[name] = concurrency
+            continue
+        try:
+            value = int(limit)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise click.BadParameter(
+                f"concurrency of {name!r} must be an int >= 1, got {limit!r}", param_hint="-q"
+            )
+        queues[name] = value
+    return queues or {"default": concurrency}
+
+
+def build_config(opts: WorkerOptions) -> WorkerConfig:
+    """The WorkerConfig; its validation errors are usage errors (exit 2)."""
+    try:
+        for name in opts.queues:
+            _payload.check_queue_name(name)
+        return WorkerConfig(queues=dict(opts.queues), burst=opts.burst, **opts.settings)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def child_argv(app_path: str, url: str | None, opts: WorkerOptions) -> list[str]:
+    """The command line of one child worker: same options, one process."""
+    queues = ",".join(f"{name}:{limit}" for name, limit in opts.queues.items())
+    argv = [sys.executable, "-m", "conveyor", "worker", app_path, "--queues", queues,
+            "--concurrency", str(opts.concurrency)]
+    for name, value in opts.settings.items():
+        if value is not None:
+            argv += [_flag(name), repr(value)]
+    argv += ["--log-level", opts.log_level, "--log-format", opts.log_format,
+             "--processes", "1"]
+    if opts.burst:
+        argv.append("--burst")
+    if url:
+        argv += ["--url", url]
+    return argv
+
+
+@click.command(epilog=EPILOG)
+@click.argument("app_arg", metavar="[APP_PATH]", required=False)
+@click.option("-q", "--queues", "queue_specs", multiple=True, metavar="Q[:N],...",
+              help="Queues to work, comma-separated, each with an optional :concurrency "
+              "(e.g. default,mail:5). Default: default.")
+@click.option("-c", "--concurrency", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Concurrency of queues given without :N.")
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Run N worker processes under a supervisor.")
+@click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
+@config_options
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+              default="INFO", show_default=True)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="json: one JSON object per line.")
+@common_options
+def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
+           processes: int, burst: bool, log_level: str, log_format: str,
+           app_path: str | None, url: str | None, **settings: Any) -> None:
+    """Run a worker for the app at APP_PATH (module:attribute, or $CONVEYOR_APP).
+
+    SIGTERM or Ctrl-C stops fetching and lets running jobs finish (up to
+    --shutdown-timeout); a second Ctrl-C or SIGTERM exits at once.
+    """
+    app_path = app_arg or app_path
+    if not app_path:
+        raise click.UsageError("missing APP_PATH (module:attribute), or set $CONVEYOR_APP")
+    opts = WorkerOptions(
+        queues=parse_queues(queue_specs, concurrency), concurrency=concurrency, burst=burst,
+        settings=settings, log_level=log_level.upper(), log_format=log_format,
+    )
+    config = build_config(opts)
+    if processes > 1:
+        open_app(app_path, url)  # fail once here, not once per child
+        sys.exit(supervise(child_argv(app_path, url, opts), processes))
+    configure_logging(opts.log_level, opts.log_format)
+    app = open_app(app_path, url)
+    run_async(app, lambda: app.run_worker(config=config))
+    exit_if_handlers_linger()

@@ -1,0 +1,48 @@
+"""The queues page and its actions: pause, resume, concurrency."""
+
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from . import _data
+from ._context import Context
+from ._query import positive_int
+from ._security import action_form, form_text
+
+
+async def queues(ctx: Context, request: Request) -> Response:
+    return ctx.render(request, "queues.html", "/queues", queues=await _data.queues(ctx.ops))
+
+
+async def queue_action(ctx: Context, request: Request) -> Response:
+    form = await action_form(request, ctx.settings)
+    name, action = request.path_params["name"], request.path_params["action"]
+    ctx.audit(request, f"queue.{action}", queue=name)
+    app = ctx.app
+    try:
+        if action == "pause":
+            await app.pause_queue_async(name)
+        elif action == "resume":
+            await app.resume_queue_async(name)
+        elif action == "concurrency":
+            raw = form_text(form, "concurrency")
+            limit = positive_int(raw) if raw else None
+            if raw and limit is None:
+                return ctx.redirect(request, "/queues", "error",
+                                    "Concurrency must be a whole number of at least 1.")
+            await app.set_queue_concurrency_async(
+                name, limit, per_node=form_text(form, "scope") == "per_node")
+        else:
+            raise HTTPException(404)
+    except ValueError as exc:
+        return ctx.redirect(request, "/queues", "error", str(exc))
+    done = {"pause": "paused", "resume": "resumed", "concurrency": "concurrency"}[action]
+    return ctx.redirect(request, "/queues", done, name)
+
+
+def routes(ctx: Context) -> list[Route]:
+    return [Route("/queues", ctx.bind(queues)),
+            Route("/queues/{name}/{action}", ctx.bind(queue_action), methods=["POST"])]

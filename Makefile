@@ -4,7 +4,7 @@
 #                  extras (re-runs only when pyproject.toml changes). The browser tests also
 #                  need Debian's chromium at /usr/bin/chromium (apt-get install chromium).
 #   make test      ruff + mypy --strict + pytest
-#   make lint      ruff + mypy --strict
+#   make lint      ruff + mypy --strict + the import contract (tests/test_layers.py)
 #   make demo      run `conveyor demo`
 #   make bench     the full benchmark suite (about an hour): bench/results/*.json and summary.md
 #   make chaos     the fault-injection suite in its long mode, soaks included (about 35 min); regenerates
@@ -43,6 +43,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy --strict
+	$(BIN)/pytest -q -p no:cacheprovider tests/test_layers.py
 
 test: lint
 	$(BIN)/pytest

@@ -270,8 +270,8 @@ def test_rescue_expired_lease(url: str) -> None:
 
 def test_nodes(url: str) -> None:
     async def body(s: PostgresStorage) -> None:
-        await s.node_upsert(NodeUpsertParams("n1", "host", 42, '{"default": 4}'))
-        await s.node_upsert(NodeUpsertParams("n1", "host", 42, '{"default": 8}'))
+        await s.node_upsert(NodeUpsertParams("n1", "host", 42, '{"default": 4}', ttl=15))
+        await s.node_upsert(NodeUpsertParams("n1", "host", 42, '{"default": 8}', ttl=15))
         async with await psycopg.AsyncConnection.connect(url) as conn:
             cur = await conn.execute("SELECT queues FROM conveyor_nodes WHERE id = 'n1'")
             assert await cur.fetchall() == [({"default": 8},)]

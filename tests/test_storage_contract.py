@@ -276,7 +276,7 @@ def test_list_filters_and_paginates_newest_first(app: Conveyor) -> None:
 
 def test_node_upsert_and_delete(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        node = NodeUpsertParams(id="n1", hostname="h", pid=1, queues_json='{"default":1}')
+        node = NodeUpsertParams(id="n1", hostname="h", pid=1, queues_json='{"default":1}', ttl=15)
         await s.node_upsert(node)
         await s.node_upsert(node)  # a heartbeat is the same upsert
         await s.node_delete(NodeDeleteParams("n1"))

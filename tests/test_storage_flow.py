@@ -69,7 +69,7 @@ def test_queue_update_changes_only_flagged_fields(app: Conveyor) -> None:
 
 def test_nodes_are_listed_with_liveness(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.node_upsert(NodeUpsertParams("n1", "host", 7, '{"default": 5}', '["a", "b"]'))
+        await s.node_upsert(NodeUpsertParams("n1", "host", 7, '{"default": 5}', '["a", "b"]', ttl=15))
         (node,) = await s.node_list(NodeListParams(live_within=60))
         assert node.queues == {"default": 5} and node.tasks == ["a", "b"] and node.alive
         (node,) = await s.node_list(NodeListParams(live_within=-1))

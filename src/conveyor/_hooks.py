@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from ._context import JobContext
-from ._job import Job, JobState
+from ._job import FAILED_STATES, Job, JobState
 
 log = logging.getLogger("conveyor.hooks")
 
@@ -128,5 +128,5 @@ class Hooks:
 def job_change(job: Job, previous: JobState | None, source: str) -> StateChange:
     error = str(job.errors[-1].get("error")) if job.errors and previous is not None else None
     return StateChange(job.id, job.task, job.queue, job.attempt, job.state, previous, source,
-                       error=error if job.state in (JobState.DISCARDED, JobState.RETRYABLE)
+                       error=error if job.state in FAILED_STATES
                        else None)

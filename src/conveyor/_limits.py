@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._job import JobState
+from ._job import ACTIVE_STATES, JobState
 
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(s|sec|second|m|min|minute|h|hour|d|day)s?\s*$")
 _UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
           "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
-DEFAULT_UNIQUE_STATES = ("scheduled", "available", "running", "retryable")
+DEFAULT_UNIQUE_STATES = tuple(s.value for s in ACTIVE_STATES)
 
 KeyFunc = Callable[..., Any]
 

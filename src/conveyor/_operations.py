@@ -2,19 +2,18 @@
 
 ``Operations(app)`` calls the app's public methods and ``await app.storage()``; it never
 reaches for the app's private state, so the dashboard and the CLI see exactly what the
-app sees. Every state change made here is announced through ``_emit`` (one helper, to
-be removed once the storage choke point emits state changes itself).
+app sees. Its writes go through the app's storage view for ``source``, so the storage
+choke point (``_observed.py``) announces each state change as the operator's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._errors import JobNotFoundError
-from ._hooks import StateChange, job_change
-from ._job import Job, JobState
+from ._job import Job
 from ._storage import (
     DbHealth,
     DbHealthParams,
@@ -22,7 +21,6 @@ from ._storage import (
     FailureGroup,
     JobBulkParams,
     JobCancelParams,
-    JobChanged,
     JobCountByQueueParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
@@ -70,10 +68,7 @@ class Operations:
     @property
     def dialect(self) -> str:
         """``"sqlite"`` or ``"postgres"``, without connecting."""
-        dialect = getattr(self.app, "dialect", None)  # fallback until Conveyor.dialect lands
-        if isinstance(dialect, str):
-            return dialect
-        return create_storage(self.app.url, WakeHub(), 1).capabilities.dialect
+        return self.app.dialect
 
     def all_migrations(self) -> list[Migration]:
         """Every migration of the app's dialect, read offline."""
@@ -81,11 +76,7 @@ class Operations:
 
     def pending_migrations(self) -> list[Migration]:
         """Migrations the database still needs (applies nothing)."""
-        pending = getattr(self.app, "pending_migrations", None)  # fallback until core lands
-        if callable(pending):
-            found: list[Migration] = pending()
-            return found
-        return self.app.migrate(dry_run=True)
+        return self.app.pending_migrations()
 
     async def health(self, timeout: float = 3.0) -> DbHealth:
         """Asked of a fresh storage that is never opened: opening SQLite would create a
@@ -95,13 +86,7 @@ class Operations:
 
     async def delete_queue_jobs(self, queue: str) -> int:
         """Delete every job of ``queue`` (``conveyor bench`` cleans its own queue)."""
-        storage: Any = await self.app.storage()
-        delete = getattr(storage, "job_delete_by_queue", None)
-        if delete is not None:
-            return int(await delete(queue))
-        from ._bench_fallback import delete_by_queue  # until the storage track lands
-
-        return delete_by_queue(self.app.url, queue)
+        return await (await self.app.storage_for(self.source)).job_delete_by_queue(queue)
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -170,12 +155,12 @@ class Operations:
 
     async def retry_job(self, job_id: int) -> JobAction:
         """Back in its queue now, with one more attempt (``after`` None: not allowed)."""
-        storage = await self.app.storage()
+        storage = await self.app.storage_for(self.source)
         return await self._one(job_id, lambda: storage.job_retry(JobRetryParams(job_id)))
 
     async def cancel_job(self, job_id: int) -> JobAction:
         """Cancelled at once if waiting; a running job is stopped by its worker."""
-        storage = await self.app.storage()
+        storage = await self.app.storage_for(self.source)
         return await self._one(job_id, lambda: storage.job_cancel(JobCancelParams(job_id)))
 
     async def discard_job(self, job_id: int) -> JobAction:
@@ -193,10 +178,7 @@ class Operations:
 
     async def _one(self, job_id: int, change: Callable[[], Awaitable[Job | None]]) -> JobAction:
         before = await self._before(job_id)
-        after = await change()
-        if after is not None and after.state != before.state:
-            self._emit([job_change(after, before.state, self.source)])
-        return JobAction(before, after)
+        return JobAction(before, await change())
 
     # -- many jobs ----------------------------------------------------------------------------
 
@@ -209,36 +191,17 @@ class Operations:
         return await self._matching("discard", flt, limit)
 
     async def _matching(self, action: str, flt: JobFilter, limit: int) -> int:
-        storage = await self.app.storage()
+        storage = await self.app.storage_for(self.source)
         params = JobBulkParams(flt, limit=limit)
         if action == "retry":
-            changed = await storage.job_retry_matching(params)
-            state = JobState.AVAILABLE
-        else:
-            changed = await storage.job_discard_matching(params)
-            state = JobState.DISCARDED
-        self._emit([_bulk_change(c, state, self.source) for c in changed])
-        return len(changed)
+            return len(await storage.job_retry_matching(params))
+        return len(await storage.job_discard_matching(params))
 
     # -- schedules ------------------------------------------------------------------------------
 
     async def trigger_schedule(self, name: str) -> Job:
         """Enqueue schedule ``name``'s job now, outside its ticks."""
-        job = await self.app.trigger_schedule_async(name)
-        self._emit([job_change(job, None, self.source)])
-        return job
-
-    # -- the one place that announces state changes ---------------------------------------------
-
-    def _emit(self, changes: list[StateChange]) -> None:
-        """Tell the app's state-change listeners (to be removed when the storage choke
-        point emits every persisted transition itself)."""
-        if changes and self.app.hooks.listeners:
-            self.app.hooks.emit(changes)
-
-
-def _bulk_change(c: JobChanged, state: JobState, source: str) -> StateChange:
-    return StateChange(c.id, c.task, c.queue, c.attempt, state, c.previous, source)
+        return await self.app.trigger_schedule_as(name, self.source)
 
 
 __all__ = ["JobAction", "Operations"]

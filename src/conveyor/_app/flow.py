@@ -104,9 +104,14 @@ class FlowApp(JobsApp):
 
     async def trigger_schedule_async(self, name: str) -> Job:
         """Run a schedule's job now, outside its ticks."""
+        return await self.trigger_schedule_as(name, "api")
+
+    async def trigger_schedule_as(self, name: str, source: str) -> Job:
+        """``trigger_schedule_async``, its enqueue attributed to ``source`` (the dashboard)."""
         row = await self._schedule(name)
         insert = schedule_insert(self.tasks, self.config.max_payload_bytes, row, None, None)
-        (job,) = await (await self.storage()).job_insert_many(JobInsertManyParams([insert]))
+        storage = await self.storage_for(source)
+        (job,) = await storage.job_insert_many(JobInsertManyParams([insert]))
         return job
 
     async def remove_schedule_async(self, name: str) -> None:

@@ -43,8 +43,7 @@ class Heartbeat(Service):
         self._node = NodeUpsertParams(
             id=node_id, hostname=socket.gethostname(), pid=os.getpid(),
             queues_json=json.dumps(dict(queues)), tasks_json=json.dumps(sorted(tasks)),
-            # TODO(lead): add ttl=node_ttl once storage's NodeUpsertParams has the field
-            # (each node stores its own ttl); until then nodes use storage's default.
+            ttl=node_ttl,
         )
         self.node_ttl = node_ttl
 

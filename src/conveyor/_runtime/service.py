@@ -3,6 +3,7 @@ takes jobs, ``run_once()`` on an interval with jitter, ``stop()`` once at the en
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -19,7 +20,7 @@ class Leadership(Protocol):
     def is_leader(self) -> bool: ...
 
 
-class Service:
+class Service(abc.ABC):
     """Subclasses set ``name`` and ``interval`` and implement ``run_once``; tests call
     ``run_once()`` directly. A failing pass is logged and retried next interval."""
 
@@ -30,9 +31,9 @@ class Service:
     async def start(self) -> None:
         """Prepare before the worker takes jobs (most services need nothing)."""
 
+    @abc.abstractmethod
     async def run_once(self) -> Any:
         """One pass; every service defines it."""
-        raise NotImplementedError(f"{type(self).__name__} must define run_once")
 
     async def stop(self) -> None:
         """Clean up after the last pass (most services need nothing)."""

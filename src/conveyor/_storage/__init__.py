@@ -9,12 +9,6 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from .._job import (
-    ACTIVE_STATES,
-    DISCARDABLE_FROM,
-    RETRYABLE_FROM,
-    STAGED_STATES,
-)
 from .base import BaseStorage
 from .control_types import (
     ConcurrencyAcquireParams,
@@ -121,10 +115,6 @@ def create_storage(url: str, hub: WakeHub, pool_max_size: int = 10) -> Storage:
 
 
 __all__ = [
-    "ACTIVE_STATES",
-    "DISCARDABLE_FROM",
-    "RETRYABLE_FROM",
-    "STAGED_STATES",
     "BaseStorage",
     "Capabilities",
     "ConcurrencyAcquireParams",

@@ -61,8 +61,9 @@ class NodeUpsertParams:
     pid: int
     queues_json: str
     tasks_json: str = "[]"
-    #: The node counts as alive while its last heartbeat is younger than this.
-    ttl: float = 15.0
+    #: The node counts as alive while its last heartbeat is younger than this (the
+    #: worker's ``WorkerConfig.node_ttl``: each node is judged by its own setting).
+    ttl: float = dataclasses.field(kw_only=True)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from .._app_flow import QueueInfo
+from .._app import QueueInfo
 from ._base import CONTEXT, EPILOG, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import console, print_json

@@ -10,8 +10,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from .._app import Conveyor
-from .._app_flow import ScheduleInfo
+from .._app import Conveyor, ScheduleInfo
 from ._base import CONTEXT, EPILOG, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import console, print_json, when

@@ -24,26 +24,6 @@ from ._supervisor import exit_if_handlers_linger, supervise
 
 #: WorkerConfig fields with their own hand-written options (-q/-c, --burst).
 NOT_FLAGS = frozenset({"queues", "burst"})
-#: Help until every WorkerConfig field carries ``metadata={"help": ...}``.
-FALLBACK_HELP = {
-    "shutdown_timeout": "Seconds running jobs get to finish on shutdown.",
-    "lease_ttl": "Seconds a claimed job stays ours without a heartbeat.",
-    "heartbeat_interval": "Seconds between lease heartbeats.",
-    "leader_ttl": "Seconds of the leader lease; a dead leader is replaced within it.",
-    "completed_retention": "Seconds completed and cancelled jobs are kept before the "
-    "leader's pruner deletes them.",
-    "discarded_retention": "Seconds discarded jobs are kept before they are pruned.",
-    "node_ttl": "Seconds without a heartbeat before a node counts as dead.",
-    "fetch_limit": "Largest number of jobs claimed in one round trip.",
-    "sync_threads": "Threads for sync handlers (default: the total concurrency).",
-    "metrics_retention": "Seconds per-minute metric rollups are kept; 0 turns them off.",
-    "rescue_interval": "Seconds between rescues of jobs whose lease expired.",
-    "stage_interval": "Seconds between moves of due scheduled jobs to available.",
-    "cron_interval": "Seconds between checks of the schedules (leader only).",
-    "settings_interval": "Seconds between reads of queue settings (pause, concurrency, rate).",
-    "prune_interval": "Seconds between prunes of old jobs (leader only).",
-    "metrics_interval": "Seconds between metric flushes.",
-}
 
 
 def config_fields() -> list[dataclasses.Field[Any]]:
@@ -70,8 +50,8 @@ def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for f in reversed(config_fields()):
         kind = hints[f.name]
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)
-        help_text = f.metadata.get("help") or FALLBACK_HELP.get(f.name) or (
-            f"WorkerConfig.{f.name}")
+        text = f.metadata["help"]
+        help_text = text[:1].upper() + text[1:] + "."
         fn = click.option(_flag(f.name), f.name, type=_param_type(f.name, base),
                           default=f.default, show_default=f.default is not None,
                           help=help_text)(fn)

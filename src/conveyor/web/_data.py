@@ -10,11 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from .._app import ScheduleInfo
-from .._job import Job, JobState
+from .._job import ACTIVE_STATES, DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
 from .._storage import (
-    ACTIVE_STATES,
-    DISCARDABLE_FROM,
-    RETRYABLE_FROM,
     DbHealth,
     FailureGroup,
     JobFilter,

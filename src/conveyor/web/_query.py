@@ -7,11 +7,10 @@ import dataclasses
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
-from .._job import JobState
+from .._job import FAILED_STATES, JobState
 from .._storage import JobFilter
 
 #: ``state=failed`` in a URL: retryable and discarded together.
-FAILED = (JobState.RETRYABLE, JobState.DISCARDED)
 STATE_CHOICES = [s.value for s in JobState] + ["failed"]
 PAGE_SIZES = (25, 50, 100, 200)
 MAX_TEXT = 200
@@ -42,7 +41,7 @@ class JobQuery:
     def to_filter(self) -> JobFilter:
         states: tuple[JobState, ...] = ()
         if self.state == "failed":
-            states = FAILED
+            states = FAILED_STATES
         elif self.state:
             states = (JobState(self.state),)
         return JobFilter(states=states, queue=self.queue or None, task=self.task or None,

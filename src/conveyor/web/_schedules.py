@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .._app_flow import ScheduleNotFoundError
+from .._app import ScheduleNotFoundError
 from .._job import Job
 from . import _data
 from ._context import Context

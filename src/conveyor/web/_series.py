@@ -11,10 +11,11 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from .._job import ACTIVE_STATES
 from .._runtime.metrics import BOUNDS, FAILED, OUTCOMES, minute_of
 from .._storage import DepthPoint, MetricPoint, MetricTotal, StateCount
 
-DEPTH_STATES = ("available", "running", "scheduled", "retryable")
+DEPTH_STATES = tuple(s.value for s in ACTIVE_STATES)
 
 
 def quantile(q: float, counts: Sequence[float]) -> float | None:

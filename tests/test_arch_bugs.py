@@ -130,10 +130,12 @@ def test_list_queues_counts_every_queue_in_a_fixed_number_of_queries(app: Convey
         infos = app._sync(run())
         return counting["s"].calls, {q.name: q.counts for q in infos}
 
-    app.enqueue_many([noop.options(queue="q0").job() for _ in range(3)]
-                     + [noop.options(queue="q1", delay=3600).job() for _ in range(2)])
+    jobs = app.enqueue_many([noop.options(queue="q0").job() for _ in range(3)]
+                            + [noop.options(queue="q1", delay=3600).job() for _ in range(3)])
+    app.cancel_job(jobs[-1].id)
     few, counts = calls_for(2)
     assert counts["q0"]["available"] == 3 and counts["q1"]["scheduled"] == 2
+    assert counts["q1"]["cancelled"] == 1 and counts["q0"]["cancelled"] == 0  # exact, per queue
     assert counts["q1"].get("available", 0) == 0 and counts["q0"].get("running", 0) == 0
     many, counts = calls_for(30)
     assert many == few, f"{few} storage calls for 2 queues, {many} for 30"

@@ -11,7 +11,7 @@ from .. import _payload
 from .._cron import Misfire, Schedule, next_tick
 from .._errors import ConveyorError
 from .._explain import Explanation, explain
-from .._job import ACTIVE_STATES, Job
+from .._job import Job, JobState
 from .._limits import parse_rate
 from .._runtime.cron import schedule_insert, upsert_params
 from .._storage import (
@@ -154,22 +154,23 @@ class FlowApp(JobsApp):
         await self._queue_update(QueueUpdateParams(name, rate_limit=rate, set_rate_limit=True))
 
     async def list_queues_async(self) -> list[QueueInfo]:
-        """Every queue with settings or live nodes: its settings, the nodes serving it,
-        and exact counts of its waiting and running jobs (the final states are counted
-        for all queues together: ``count_jobs()``). Three queries, however many queues."""
+        """Every queue with settings, live nodes or jobs: its settings, the nodes serving
+        it, and exact counts of its jobs in every state. Four queries, however many
+        queues there are."""
         storage = await self.storage()
         rows = {q.name: q for q in await storage.queue_list()}
         nodes = [n for n in await storage.node_list(NodeListParams()) if n.alive]
         counts: dict[str, dict[str, int]] = {}
-        for c in await storage.job_count_by_queue(JobCountByQueueParams(final_cap=1)):
-            if c.queue is not None:  # the depth: exact per queue
+        active = await storage.job_count_by_queue(JobCountByQueueParams(final_cap=1))
+        for c in [*active, *await storage.job_count_final_by_queue()]:
+            if c.queue is not None:  # the capped totals (queue None) are not needed here
                 counts.setdefault(c.queue, {})[c.state.value] = c.n
         names = sorted(set(rows) | {q for n in nodes for q in n.queues} | set(counts))
         return [QueueInfo(
             name=name, paused=bool(row and row.paused), concurrency=row.concurrency if row else None,
             scope=row.scope if row else "split", rate_limit=row.rate_limit if row else None,
             nodes=[n.id for n in nodes if name in n.queues],
-            counts={s.value: counts.get(name, {}).get(s.value, 0) for s in ACTIVE_STATES},
+            counts={s.value: counts.get(name, {}).get(s.value, 0) for s in JobState},
         ) for name in names for row in [rows.get(name)]]
 
     # -- cluster ------------------------------------------------------------------------------

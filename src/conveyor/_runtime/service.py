@@ -30,6 +30,7 @@ class Service(abc.ABC):
 
     async def start(self) -> None:
         """Prepare before the worker takes jobs (most services need nothing)."""
+        return None
 
     @abc.abstractmethod
     async def run_once(self) -> Any:
@@ -37,6 +38,7 @@ class Service(abc.ABC):
 
     async def stop(self) -> None:
         """Clean up after the last pass (most services need nothing)."""
+        return None
 
     def kick(self) -> None:
         """Run the next pass now instead of at the end of the interval."""

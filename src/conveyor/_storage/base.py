@@ -215,6 +215,10 @@ class BaseStorage(ABC):
                               int(r["n"]) >= params.final_cap) for r in final]
         return counts
 
+    async def job_count_final_by_queue(self) -> list[StateCount]:
+        rows = await self._read("job_count_final_by_queue", {})
+        return [StateCount(r["queue"], JobState(r["state"]), int(r["n"])) for r in rows]
+
     async def job_failure_groups(self, params: JobFailureGroupsParams) -> list[FailureGroup]:
         values = {"queue": params.queue, "task": params.task, "limit": params.limit,
                   "scan": params.scan}

@@ -195,6 +195,9 @@ class Storage(Protocol):
     async def job_count_by_queue(self, params: JobCountByQueueParams) -> list[StateCount]:
         """Exact waiting/running counts per queue; capped totals of the final states."""
 
+    async def job_count_final_by_queue(self) -> list[StateCount]:
+        """Exact counts of the final states per queue (one pass over finished rows)."""
+
     async def job_failure_groups(self, params: JobFailureGroupsParams) -> list[FailureGroup]: ...
 
     async def job_retry_matching(self, params: JobBulkParams) -> list[JobChanged]:

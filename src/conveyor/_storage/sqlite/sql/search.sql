@@ -67,6 +67,13 @@ UNION ALL
 SELECT 'discarded', count(*)
 FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'discarded' AND state NOT IN ('available', 'running') LIMIT :cap);
 
+-- name: job_count_final_by_queue
+-- Exact counts of the final states per queue (`conveyor queues list`): one pass over
+-- the cold state index, whose WHERE term is repeated for SQLite.
+SELECT queue, state, count(*) AS n FROM conveyor_jobs
+WHERE state IN ('completed', 'cancelled', 'discarded') AND state NOT IN ('available', 'running')
+GROUP BY queue, state;
+
 -- name: job_failure_groups
 SELECT f.task, f.error,
        sum(f.state = 'retryable') AS retryable,

@@ -1,11 +1,11 @@
 """The application core: the ``Conveyor`` app and the records its methods return.
 
 One chain of classes, each with real methods: ``AppBase`` (definitions, storage,
-the sync bridge) <- ``JobsApp`` (enqueue, jobs, workers) <- ``FlowApp`` (schedules,
+the sync bridge) <- ``JobsApp`` (enqueue, jobs, workers) <- ``ControlApp`` (schedules,
 queues, cluster) <- ``Conveyor`` (the sync twins, one line each).
 """
 
 from .app import Conveyor
-from .flow import QueueInfo, ScheduleInfo, ScheduleNotFoundError
+from .control import QueueInfo, ScheduleInfo, ScheduleNotFoundError
 
 __all__ = ["Conveyor", "QueueInfo", "ScheduleInfo", "ScheduleNotFoundError"]

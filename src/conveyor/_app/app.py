@@ -8,10 +8,10 @@ from typing import Any
 from .._explain import Explanation
 from .._job import Job, JobState
 from .._storage import LeaderRow, Migration, NodeRow
-from .flow import FlowApp, QueueInfo, ScheduleInfo
+from .control import ControlApp, QueueInfo, ScheduleInfo
 
 
-class Conveyor(FlowApp):
+class Conveyor(ControlApp):
     """A job queue bound to one database.
 
     Example::

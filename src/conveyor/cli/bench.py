@@ -243,7 +243,7 @@ def run_latency(app: BenchApp, task: Task[Any, Any], count: int, spacing: float,
 
 def _idle_worker(app: Conveyor, ready: threading.Event, stop: threading.Event) -> None:
     async def main() -> None:
-        worker = Worker(app, await app.storage(), WorkerConfig(queues={QUEUE: 10}))
+        worker = Worker(app.registry, await app.storage(), WorkerConfig(queues={QUEUE: 10}))
         runner = asyncio.create_task(worker.run())
         ready.set()
         while not stop.is_set():

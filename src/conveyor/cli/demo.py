@@ -225,7 +225,7 @@ async def run_jobs(app: Conveyor, tasks: DemoTasks, total: int, out: Console) ->
     ids = await _enqueue(app, build_specs(tasks, total))
     enqueued = time.monotonic()
     config = WorkerConfig(queues=DEMO_QUEUES, shutdown_timeout=5.0, stage_interval=0.2)
-    worker = Worker(app, await app.storage(), config)
+    worker = Worker(app.registry, await app.storage(), config)
     runner = asyncio.create_task(worker.run())
     try:
         counts = await _watch(app, baseline, total, runner, out)

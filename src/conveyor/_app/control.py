@@ -55,7 +55,7 @@ class ScheduleInfo:
     defined_in_code: bool
 
 
-class FlowApp(JobsApp):
+class ControlApp(JobsApp):
     """Schedules, queue control and the cluster view; see ``Conveyor``."""
 
     # -- schedules --------------------------------------------------------------------------

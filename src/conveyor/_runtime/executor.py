@@ -65,6 +65,13 @@ class Execution:
         return {"job_id": j.id, "task": j.task, "queue": j.queue, "attempt": j.attempt}
 
 
+def _cancelled_from_outside() -> bool:
+    """True when this task was cancelled (``Task.cancel()``), not when a handler raised
+    ``CancelledError`` of its own (e.g. from a future it awaited that was cancelled)."""
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0
+
+
 class Executor:
     """Runs handlers: async ones on the loop, sync ones in a bounded thread pool."""
 
@@ -189,28 +196,37 @@ class Executor:
             return self._ack(ex, JobState.CANCELLED, error_json=self._error(ex, f"cancelled: {c.reason}"))
         except Discard as d:
             return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, f"discarded: {d.reason}"))
-        except asyncio.CancelledError:
-            if ex.stop_reason is None:
+        except asyncio.CancelledError as exc:
+            if ex.stop_reason is not None:
+                return self._stopped(ex)
+            if _cancelled_from_outside():
                 raise
-            return self._stopped(ex)
+            return self._raised(ex, task, exc)  # the handler's own CancelledError
         except TaskTimedOut:
             if ex.stop_reason is not None:
                 return self._stopped(ex)
             msg = f"TimeoutError: task ran past its timeout of {task.defaults.timeout}s"
             return self._failure(ex, task, msg, "")
-        except Exception as exc:
-            tb = "".join(traceback.format_exception(exc))
-            try:
-                text = str(exc)
-            except Exception:  # an exception that cannot print itself still fails the attempt
-                text = "<str() of the exception failed>"
-            return self._failure(ex, task, f"{type(exc).__name__}: {text}", tb)
+        except BaseException as exc:
+            # Whatever the handler raises is its attempt's failure: SystemExit,
+            # KeyboardInterrupt, GeneratorExit and other BaseExceptions included. A real
+            # SIGINT/SIGTERM never arrives here: the worker's signal handlers turn it into
+            # a graceful stop, and Python delivers signals to the main thread only.
+            return self._raised(ex, task, exc)
         if ex.stop_reason is not None:
             # A sync handler returned after being asked to stop.
             return self._stopped(ex, _payload.encode_result(result, cfg.max_result_bytes))
         return self._ack(
             ex, JobState.COMPLETED, result_json=_payload.encode_result(result, cfg.max_result_bytes)
         )
+
+    def _raised(self, ex: Execution, task: Task[Any, Any], exc: BaseException) -> JobAck:
+        tb = "".join(traceback.format_exception(exc))
+        try:
+            text = str(exc)
+        except Exception:  # an exception that cannot print itself still fails the attempt
+            text = "<str() of the exception failed>"
+        return self._failure(ex, task, f"{type(exc).__name__}: {text}", tb)
 
     def _stopped(self, ex: Execution, result_json: str | None = None) -> JobAck | None:
         if ex.stop_reason == "lost":

@@ -1,0 +1,186 @@
+"""Issue 11, the core's share: a handler's BaseException is its failure; a full disk is a
+Conveyor error; enqueue refuses empty queue names and unreachable times; each attempt
+records its worker and run time; the Quickstart ends silently."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor import Conveyor, JobState, WorkerConfig
+
+from ._runtime_util import FAST, all_final, run_worker_until
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class CustomBase(BaseException):
+    """A BaseException that is neither an Exception nor one of Python's own."""
+
+
+BASE_EXCEPTIONS: list[tuple[type[BaseException], str]] = [
+    (SystemExit, "SystemExit: 3"),
+    (KeyboardInterrupt, "KeyboardInterrupt: pressed"),
+    (GeneratorExit, "GeneratorExit: closed"),
+    (CustomBase, "CustomBase: mine"),
+]
+
+
+def _make(kind: type[BaseException]) -> BaseException:
+    arg = {SystemExit: 3, KeyboardInterrupt: "pressed", GeneratorExit: "closed"}.get(kind, "mine")
+    return kind(arg)
+
+
+@pytest.mark.parametrize("is_async", [True, False], ids=["async", "sync"])
+def test_a_handlers_base_exception_is_its_failure_and_the_worker_goes_on(
+        app: Conveyor, is_async: bool) -> None:
+    """SystemExit, KeyboardInterrupt, GeneratorExit and a custom BaseException raised by a
+    handler fail its attempt at once (recorded as themselves, retried, then discarded),
+    and the same worker goes on to run the other jobs."""
+    if is_async:
+        @app.task(name="boom", max_attempts=2, backoff=0)
+        async def boom(kind: int) -> None:
+            raise _make(BASE_EXCEPTIONS[kind][0])
+    else:
+        @app.task(name="boom", max_attempts=2, backoff=0)
+        def boom(kind: int) -> None:
+            raise _make(BASE_EXCEPTIONS[kind][0])
+
+    @app.task
+    async def fine(n: int) -> int:
+        return n
+
+    async def main() -> None:
+        bad = [await boom.enqueue_async(i) for i in range(len(BASE_EXCEPTIONS))]
+        good = [await fine.enqueue_async(n) for n in range(5)]
+        # lease_ttl 60 s: a job left running would only come back after the test's deadline
+        config = WorkerConfig(queues={"default": 4}, lease_ttl=60.0, heartbeat_interval=0.1,
+                              stage_interval=0.05, shutdown_timeout=5.0)
+        await run_worker_until(app, all_final(app), config=config, timeout=20)
+        for job, (kind, message) in zip(bad, BASE_EXCEPTIONS, strict=True):
+            final = await app.get_job_async(job.id)
+            assert final is not None and final.state == JobState.DISCARDED, kind
+            assert final.attempt == 2 and len(final.errors) == 2
+            assert [e["error"] for e in final.errors] == [message, message]
+            assert "lease expired" not in str(final.errors)
+            assert kind.__name__ in final.errors[0]["traceback"]
+        for n, job in enumerate(good):
+            done = await app.get_job_async(job.id)
+            assert done is not None and done.state == JobState.COMPLETED and done.result == n
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_run_worker_burst_survives_a_handler_raising_keyboard_interrupt(app: Conveyor) -> None:
+    """``app.run_worker(burst)``: a KeyboardInterrupt from a handler does not stop the
+    worker nor escape it; a real interrupt still would (tests/test_acceptance.py)."""
+
+    @app.task(max_attempts=1)
+    async def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    @app.task(max_attempts=1)
+    def exits() -> None:
+        sys.exit("bye")
+
+    @app.task
+    def after() -> str:
+        return "ran"
+
+    async def main() -> None:
+        a = await interrupted.enqueue_async()
+        b = await exits.enqueue_async()
+        c = await after.enqueue_async()
+        await asyncio.wait_for(app.run_worker(config=WorkerConfig(
+            queues={"default": 1}, burst=True, stage_interval=0.05)), timeout=30)
+        ja, jb, jc = [await app.get_job_async(j.id) for j in (a, b, c)]
+        assert ja is not None and ja.state == JobState.DISCARDED
+        assert ja.errors[-1]["error"] == "KeyboardInterrupt: "
+        assert jb is not None and jb.state == JobState.DISCARDED
+        assert jb.errors[-1]["error"] == "SystemExit: bye"
+        assert jc is not None and jc.state == JobState.COMPLETED and jc.result == "ran"
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_a_handlers_own_cancelled_error_is_a_failure_but_cancel_job_still_cancels(
+        app: Conveyor) -> None:
+    @app.task(max_attempts=1)
+    async def own_cancel() -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.cancel()
+        await fut  # raises CancelledError, which nobody asked this task for
+
+    @app.task
+    async def slow() -> None:
+        await asyncio.sleep(60)
+
+    async def main() -> None:
+        own = await own_cancel.enqueue_async()
+        long = await slow.enqueue_async()
+
+        async def cancel_when_running(worker: Any) -> None:
+            for _ in range(2000):
+                job = await app.get_job_async(long.id)
+                if job is not None and job.state == JobState.RUNNING:
+                    break
+                await asyncio.sleep(0.01)
+            await app.cancel_job_async(long.id)
+
+        await run_worker_until(app, all_final(app), during=cancel_when_running)
+        a, b = await app.get_job_async(own.id), await app.get_job_async(long.id)
+        assert a is not None and a.state == JobState.DISCARDED
+        assert a.errors[-1]["error"].startswith("CancelledError")
+        assert b is not None and b.state == JobState.CANCELLED
+        assert "cancelled while running" in b.errors[-1]["error"]
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_conveyor_worker_process_survives_sys_exit_in_a_sync_handler(
+        db_url: str, tmp_path: Path) -> None:
+    """A real ``conveyor worker --burst``: a sync handler calling sys.exit() fails its
+    job, the process runs the next job and exits 0 when the queue is empty."""
+    (tmp_path / "exiting_tasks.py").write_text(textwrap.dedent("""
+        import sys
+        from conveyor import Conveyor
+
+        app = Conveyor()
+
+        @app.task(max_attempts=1)
+        def quits():
+            sys.exit(7)
+
+        @app.task
+        def works():
+            return "ok"
+    """))
+    env = {**os.environ, "CONVEYOR_URL": db_url, "PYTHONPATH": str(ROOT / "src")}
+    app = Conveyor(db_url)
+    try:
+        q = app.task(name="quits", max_attempts=1)(lambda: None).enqueue()
+        w = app.task(name="works")(lambda: None).enqueue()
+        proc = subprocess.run(
+            [sys.executable, "-m", "conveyor", "worker", "exiting_tasks:app", "--burst",
+             "--log-level", "warning"],
+            env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        jq, jw = app.get_job(q.id), app.get_job(w.id)
+        assert jq is not None and jq.state == JobState.DISCARDED
+        assert jq.errors[-1]["error"] == "SystemExit: 7"
+        assert jw is not None and jw.state == JobState.COMPLETED and jw.result == "ok"
+    finally:
+        app.close()
+
+
+_ = FAST

@@ -111,11 +111,13 @@ def test_default_payload_cap_is_one_mebibyte(app: Conveyor) -> None:
     ("options", "error"),
     [
         ({"queue": "bad queue!"}, "invalid queue name"),
-        ({"queue": ""}, None),  # empty means the task's default queue
+        ({"queue": ""}, "queue name is empty"),  # refused, not turned into "default"
         ({"priority": 10**6}, "priority"),
         ({"priority": "high"}, "priority"),
         ({"max_attempts": 0}, "max_attempts"),
         ({"delay": "soon"}, "delay"),
+        ({"delay": 1e20}, "100 years"),
+        ({"delay": -1}, "100 years"),
         ({"tags": "not-a-list"}, "tags"),
         ({"run_at": datetime(2030, 1, 1)}, "timezone-aware"),
     ],

@@ -184,3 +184,55 @@ def test_conveyor_worker_process_survives_sys_exit_in_a_sync_handler(
 
 
 _ = FAST
+
+
+# -- 3. validation at enqueue ----------------------------------------------------------------
+
+
+def test_an_empty_queue_name_is_refused_everywhere(app: Conveyor) -> None:
+    @app.task
+    def work() -> None: ...
+
+    with pytest.raises(ValueError, match="queue name is empty"):
+        work.options(queue="").enqueue()
+    with pytest.raises(ValueError, match="queue name is empty"):
+        app.enqueue_many([work.options(queue="").job()])
+    with pytest.raises(ValueError, match="queue name is empty"):
+        app.task(name="other", queue="")(lambda: None)
+    with pytest.raises(ValueError, match="queue name is empty"):
+        app.count_jobs(queue="")
+    with pytest.raises(ValueError, match="queue name is empty"):
+        app.list_jobs(queue="")
+    assert sum(app.count_jobs().values()) == 0  # nothing went to "default"
+
+
+@pytest.mark.parametrize("delay", [1e20, float("inf"), float("nan"), -1, -0.5, 3.2e9])
+def test_an_unreachable_delay_is_refused_naming_the_limit(app: Conveyor, delay: float) -> None:
+    @app.task
+    def work() -> None: ...
+
+    with pytest.raises(ValueError, match="100 years"):
+        work.options(delay=delay).enqueue()
+    with pytest.raises(ValueError, match="100 years"):
+        app.enqueue_many([work.job()] + [work.options(delay=delay).job()])
+    assert sum(app.count_jobs().values()) == 0
+
+
+def test_run_at_too_far_ahead_is_refused_and_the_limit_itself_is_accepted(app: Conveyor) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from conveyor._payload import MAX_DELAY_SECONDS
+
+    @app.task
+    def work() -> None: ...
+
+    for far in (datetime.max.replace(tzinfo=UTC), datetime.now(UTC) + timedelta(days=365 * 101)):
+        with pytest.raises(ValueError, match="100 years"):
+            work.options(run_at=far).enqueue()
+    # the largest delay is stored and read back on both backends
+    job = work.options(delay=MAX_DELAY_SECONDS - 60).enqueue()
+    read = app.get_job(job.id)
+    assert read is not None and read.state == JobState.SCHEDULED
+    assert read.scheduled_at.year >= 2120
+    soon = work.options(run_at=datetime.now(UTC) + timedelta(days=30)).enqueue()
+    assert soon.state == JobState.SCHEDULED

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class ConveyorError(Exception):
     """Base class of every error Conveyor raises on its own account."""
@@ -44,8 +46,8 @@ class Snooze(_JobSignal):
     """
 
     def __init__(self, seconds: float) -> None:
-        if not isinstance(seconds, int | float) or seconds < 0:
-            raise TypeError("Snooze(seconds) needs a number of seconds >= 0")
+        if not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
+            raise TypeError("Snooze(seconds) needs a finite number of seconds >= 0")
         super().__init__(f"snoozed for {seconds}s")
         self.seconds = float(seconds)
 
@@ -80,7 +82,7 @@ class Throttle(_JobSignal):
     """
 
     def __init__(self, retry_after: float = 1.0) -> None:
-        if not isinstance(retry_after, int | float) or retry_after < 0:
-            raise TypeError("Throttle(retry_after) needs a number of seconds >= 0")
+        if not isinstance(retry_after, int | float) or not 0 <= retry_after < math.inf:
+            raise TypeError("Throttle(retry_after) needs a finite number of seconds >= 0")
         super().__init__(f"throttled for {retry_after}s")
         self.retry_after = float(retry_after)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import UTC, datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,9 @@ TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 TAG = re.compile(r"^[^\x00-\x1f]{1,100}$")
 MAX_ATTEMPTS_LIMIT = 10_000
+#: The furthest a job can be put off (delay=, run_at=, a snooze, a backoff): 100 years.
+MAX_DELAY_SECONDS = 100 * 365.25 * 86_400
+MAX_DELAY_TEXT = "100 years"
 
 
 #: One encoder for every call: ``json.dumps`` with options builds a new one each time.
@@ -56,6 +60,11 @@ def check_task_name(name: object) -> str:
 
 
 def check_queue_name(name: object) -> str:
+    if name == "":
+        raise ValueError(
+            "the queue name is empty: give a queue's name (e.g. queue=\"mail\"), "
+            "or leave queue= out for the task's own queue"
+        )
     if not isinstance(name, str) or not QUEUE_NAME.match(name):
         raise ValueError(
             f"invalid queue name {name!r}: use letters, digits, '_', '.' or '-', "
@@ -77,11 +86,36 @@ def check_max_attempts(value: object) -> int:
 
 
 def check_delay(value: object) -> float | None:
+    """Seconds from now, from 0 to ``MAX_DELAY_SECONDS``."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"delay must be a number of seconds, got {value!r}")
-    return max(float(value), 0.0)
+    if not math.isfinite(value) or not 0 <= value <= MAX_DELAY_SECONDS:
+        raise ValueError(
+            f"delay must be a finite number of seconds from 0 to {MAX_DELAY_SECONDS:.0f} "
+            f"({MAX_DELAY_TEXT}), got {value!r}"
+        )
+    return float(value)
+
+
+def check_run_at(value: object) -> datetime | None:
+    """A timezone-aware datetime no further than ``MAX_DELAY_SECONDS`` from now (a time
+    in the past is due at once)."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise ValueError(f"run_at must be a timezone-aware datetime, got {value!r}")
+    try:
+        ahead = (value - datetime.now(UTC)).total_seconds()
+    except OverflowError:  # datetime.min or max with an offset
+        ahead = math.inf
+    if ahead > MAX_DELAY_SECONDS or value.year < 1970:
+        raise ValueError(
+            f"run_at must be within {MAX_DELAY_TEXT} from now (and after 1970), got "
+            f"{value.isoformat()}"
+        )
+    return value
 
 
 def check_tags(tags: object) -> list[str]:

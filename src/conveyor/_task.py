@@ -82,10 +82,6 @@ class JobSpec:
         args_json, kwargs_json = _payload.encode_arguments(
             name, self.args, self.kwargs, max_payload_bytes
         )
-        if opts.run_at is not None and (
-            not isinstance(opts.run_at, datetime) or opts.run_at.tzinfo is None
-        ):
-            raise ValueError("run_at must be a timezone-aware datetime")
         tags = list(defaults.tags) + _payload.check_tags(opts.tags or [])
         meta = opts.meta or {}
         unique_key = unique_states = None
@@ -100,7 +96,7 @@ class JobSpec:
         # The task's own defaults were checked when it was registered (this runs per job).
         return make_insert(
             task=name,
-            queue=_payload.check_queue_name(opts.queue) if opts.queue else defaults.queue,
+            queue=defaults.queue if opts.queue is None else _payload.check_queue_name(opts.queue),
             args_json=args_json,
             kwargs_json=kwargs_json,
             priority=defaults.priority if opts.priority is None
@@ -111,7 +107,7 @@ class JobSpec:
             meta_json=_payload.encode_meta(name, meta, max_payload_bytes)
             if meta or not isinstance(meta, dict) else "{}",
             delay=_payload.check_delay(opts.delay),
-            run_at=opts.run_at,
+            run_at=_payload.check_run_at(opts.run_at),
             unique_key=unique_key,
             unique_states=unique_states,
             concurrency_key=self.concurrency_key(),
@@ -225,6 +221,10 @@ class Task(_Enqueuer[P], Generic[P, R]):
         """Override defaults for one enqueue. Example: ``task.options(delay=30).enqueue()``"""
         if delay is not None and run_at is not None:
             raise ValueError("give delay= or run_at=, not both")
+        if queue is not None:  # refused here, not at the enqueue that follows
+            _payload.check_queue_name(queue)
+        _payload.check_delay(delay)
+        _payload.check_run_at(run_at)
         opts = EnqueueOptions(
             queue, priority, delay, run_at, max_attempts, tags, meta, connection, unique_key
         )

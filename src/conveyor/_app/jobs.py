@@ -128,6 +128,8 @@ class JobsApp(AppBase):
     async def count_jobs_async(self, *, queue: str | None = None) -> dict[str, int]:
         """Jobs per state, every state present (zero when none)."""
         storage = await self.storage()
+        if queue is not None:
+            _payload.check_queue_name(queue)
         counts = await storage.job_count_by_state(JobCountByStateParams(queue))
         return {s.value: counts.get(s.value, 0) for s in JobState}
 

@@ -23,6 +23,7 @@ from .._storage import JobAck, make_ack
 from .._task import Task
 
 log = logging.getLogger("conveyor.job")
+MAX_DELAY = _payload.MAX_DELAY_SECONDS
 
 StopReason = Literal["cancel", "shutdown", "lost"]
 
@@ -128,6 +129,8 @@ class Executor:
         else:
             delay = float(backoff)
         log.info("job failed, retry in %.2fs: %s", delay, message[:500], extra=ex.log_extra())
+        if not delay <= MAX_DELAY:  # a backoff of inf or nan waits as long as allowed
+            delay = MAX_DELAY
         state = JobState.RETRYABLE if delay > 0 else JobState.AVAILABLE
         return self._ack(ex, state, delay=max(delay, 0.0), error_json=error)
 
@@ -187,11 +190,11 @@ class Executor:
                 result = await self._call(ex, task)
         except Snooze as s:
             state = JobState.SCHEDULED if s.seconds > 0 else JobState.AVAILABLE
-            return self._ack(ex, state, delay=s.seconds, attempt_delta=-1)
+            return self._ack(ex, state, delay=min(s.seconds, MAX_DELAY), attempt_delta=-1)
         except Throttle as t:
-            ex.throttle = t.retry_after
+            ex.throttle = min(t.retry_after, MAX_DELAY)
             state = JobState.SCHEDULED if t.retry_after > 0 else JobState.AVAILABLE
-            return self._ack(ex, state, delay=t.retry_after, attempt_delta=-1)
+            return self._ack(ex, state, delay=ex.throttle, attempt_delta=-1)
         except Cancel as c:
             return self._ack(ex, JobState.CANCELLED, error_json=self._error(ex, f"cancelled: {c.reason}"))
         except Discard as d:

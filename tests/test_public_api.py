@@ -37,6 +37,7 @@ EXPORTED = [
     "SchemaError",
     "Snooze",
     "StateChange",
+    "StorageFullError",
     "Task",
     "TaskWithOptions",
     "Throttle",

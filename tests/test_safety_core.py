@@ -236,3 +236,98 @@ def test_run_at_too_far_ahead_is_refused_and_the_limit_itself_is_accepted(app: C
     assert read.scheduled_at.year >= 2120
     soon = work.options(run_at=datetime.now(UTC) + timedelta(days=30)).enqueue()
     assert soon.state == JobState.SCHEDULED
+
+
+# -- 2. a full disk ----------------------------------------------------------------------------
+
+
+def test_a_full_sqlite_disk_is_a_conveyor_error_and_nothing_is_half_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLITE_FULL for real: every connection of the storage gets ``PRAGMA
+    max_page_count`` a few pages above the file's size (SQLite's own size limit)."""
+    import functools
+    import sqlite3
+
+    from conveyor import ConveyorError, StorageFullError
+    from conveyor._storage import sqlite as sqlite_backend
+
+    path = tmp_path / "full.db"
+    url = f"sqlite:///{path}"
+    first = Conveyor(url)
+    work = first.task(name="work")(lambda blob: None)
+    earlier = first.enqueue_many([work.job(f"earlier {i}") for i in range(20)])
+    first.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    monkeypatch.setattr(sqlite_backend, "SQLiteConfig", functools.partial(
+        sqlite_backend.SQLiteConfig, max_page_count=pages + 4))
+
+    app = Conveyor(url)
+    try:
+        big = app.task(name="work")(lambda blob: None)
+        specs = [big.job("x" * 2000) for _ in range(500)]  # about 1 MB: far over 4 pages
+        # the portal's storage thread, then the sync API's own connection, then async
+        for attempt in (app.enqueue_many, app.enqueue_many, _async_enqueue_many(app)):
+            with pytest.raises(StorageFullError) as info:
+                attempt(specs)
+            assert isinstance(info.value, ConveyorError)
+            assert "the database disk is full" in str(info.value)
+            assert str(path) in str(info.value) and "nothing was written" in str(info.value)
+            assert not isinstance(info.value.__cause__, StorageFullError)
+            assert app.count_jobs()["available"] == 20  # nothing half-written
+        for job in earlier:
+            kept = app.get_job(job.id)
+            assert kept is not None and kept.args == job.args
+    finally:
+        app.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert conn.execute("SELECT count(*) FROM conveyor_jobs").fetchone()[0] == 20
+
+
+def _async_enqueue_many(app: Conveyor) -> Any:
+    def run(specs: Any) -> Any:
+        return app._sync(app.enqueue_many_async(specs))
+    return run
+
+
+@pytest.mark.postgres
+def test_postgres_disk_full_sqlstate_is_the_same_conveyor_error(postgres_db_url: str) -> None:
+    """SQLSTATE 53100 (disk_full), raised by the server inside the insert (a trigger),
+    becomes StorageFullError with the URL (no password) and nothing is written."""
+    import psycopg
+
+    from conveyor import StorageFullError
+    from tests.conftest import truncate_conveyor_tables
+
+    truncate_conveyor_tables(postgres_db_url)
+    app = Conveyor(postgres_db_url)
+    work = app.task(name="work")(lambda n: None)
+    earlier = app.enqueue_many([work.job(i) for i in range(5)])
+    with psycopg.connect(postgres_db_url, autocommit=True) as conn:
+        conn.execute("""
+            CREATE FUNCTION conveyor_test_disk_full() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.args::text LIKE '%full%' THEN
+                    RAISE EXCEPTION 'could not extend file: No space left on device'
+                        USING ERRCODE = 'disk_full';
+                END IF;
+                RETURN NEW;
+            END $$""")
+        conn.execute("CREATE TRIGGER conveyor_test_disk_full BEFORE INSERT ON conveyor_jobs"
+                      " FOR EACH ROW EXECUTE FUNCTION conveyor_test_disk_full()")
+    try:
+        batch = [work.job(f"ok {i}") for i in range(10)] + [work.job("full")]
+        for attempt in (app.enqueue_many, _async_enqueue_many(app),
+                        lambda specs: app.enqueue_many(specs[-1:])):
+            with pytest.raises(StorageFullError, match=r"the database disk is full \(postgresql://"
+                               r".*\): nothing was written"):
+                attempt(batch)
+            assert sum(app.count_jobs().values()) == 5
+        assert [j.args for j in app.list_jobs()] == [j.args for j in reversed(earlier)]
+    finally:
+        with psycopg.connect(postgres_db_url, autocommit=True) as conn:
+            conn.execute("DROP TRIGGER conveyor_test_disk_full ON conveyor_jobs")
+            conn.execute("DROP FUNCTION conveyor_test_disk_full()")
+        app.close()

@@ -29,6 +29,7 @@ from ._errors import (
     PayloadTooLargeError,
     SchemaError,
     Snooze,
+    StorageFullError,
     Throttle,
 )
 from ._explain import Explanation
@@ -62,6 +63,7 @@ __all__ = [
     "SchemaError",
     "Snooze",
     "StateChange",
+    "StorageFullError",
     "Task",
     "TaskWithOptions",
     "Throttle",

@@ -13,6 +13,12 @@ class DatabaseUnavailableError(ConveyorError):
     """The database could not be reached (bad URL, server down, file not writable)."""
 
 
+class StorageFullError(DatabaseUnavailableError):
+    """The database's disk (or its configured size limit) is full: the write in progress
+    was rolled back whole. Writes succeed again once space is freed; a worker keeps its
+    outcomes and retries them, as it does while the database is away."""
+
+
 class SchemaError(ConveyorError):
     """The schema is missing or older than this version of Conveyor expects."""
 

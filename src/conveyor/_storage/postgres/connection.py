@@ -13,11 +13,13 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import set_json_loads
 
-from ..._errors import DatabaseUnavailableError
+from ..._errors import DatabaseUnavailableError, StorageFullError
 from ..rows import loads
 
 #: Server-side SQLSTATEs that mean "the server went away", beyond class 08.
 _GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+#: disk_full: the server could not extend a file; the statement's transaction is undone.
+_DISK_FULL = "53100"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -79,12 +81,17 @@ class Errors:
 
     @contextlib.contextmanager
     def translate(self) -> Iterator[None]:
-        """Lost or refused connections become DatabaseUnavailableError; errors of the
-        statement itself (deadlock, serialization, bad data) stay what they are."""
+        """Lost or refused connections become DatabaseUnavailableError, a full disk
+        StorageFullError (a subclass); errors of the statement itself (deadlock,
+        serialization, bad data) stay what they are."""
         try:
             yield
         except psycopg.OperationalError as exc:
             state = exc.sqlstate
+            if state == _DISK_FULL:
+                raise StorageFullError(
+                    f"the database disk is full ({self.where()}): nothing was written"
+                ) from exc
             if state is None or state.startswith("08") or state in _GONE_SQLSTATES:
                 raise self.unavailable(exc) from exc
             raise

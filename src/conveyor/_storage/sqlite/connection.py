@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..._errors import DatabaseUnavailableError
+from ..._errors import DatabaseUnavailableError, StorageFullError
 from ..wake import WakeHub
 
 T = TypeVar("T")
@@ -33,6 +33,9 @@ class SQLiteConfig:
     #: How often the thread checks whether another connection committed, while a worker
     #: of this process listens (enqueue-to-start latency across processes); 0.5 s else.
     poll_interval: float = 0.005
+    #: ``PRAGMA max_page_count`` on every connection; None leaves SQLite's own limit.
+    #: The tests set it to make a full disk (SQLITE_FULL) happen for real.
+    max_page_count: int | None = None
 
 
 def _lenient_text(data: bytes) -> str:
@@ -51,11 +54,20 @@ def connect(config: SQLiteConfig) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={int(config.busy_timeout * 1000)}")
         conn.execute("PRAGMA foreign_keys=ON")
+        if config.max_page_count is not None:
+            conn.execute(f"PRAGMA max_page_count={int(config.max_page_count)}")
     except sqlite3.Error as exc:
         raise DatabaseUnavailableError(
             f"cannot open SQLite database {config.path!r}: {exc}"
         ) from exc
     return conn
+
+
+def disk_full(exc: BaseException, path: str) -> StorageFullError | None:
+    """The Conveyor error for SQLITE_FULL (a full disk, or max_page_count reached)."""
+    if isinstance(exc, sqlite3.Error) and getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return StorageFullError(f"the database disk is full ({path}): nothing was written")
+    return None
 
 
 def split_script(script: str) -> list[str]:
@@ -168,9 +180,12 @@ class StorageThread:
             try:
                 result = fn(conn)
                 conn.execute("COMMIT")
-            except BaseException:
+            except BaseException as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                full = disk_full(exc, self._config.path)
+                if full is not None:
+                    raise full from exc
                 raise
             return result
 

@@ -331,3 +331,39 @@ def test_postgres_disk_full_sqlstate_is_the_same_conveyor_error(postgres_db_url:
             conn.execute("DROP TRIGGER conveyor_test_disk_full ON conveyor_jobs")
             conn.execute("DROP FUNCTION conveyor_test_disk_full()")
         app.close()
+
+
+# -- 5. the Quickstart ends silently -----------------------------------------------------------
+
+
+def _readme_quickstart() -> str:
+    """The README's Quickstart script, exactly as a new user copies it."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Quickstart"):]
+    start = section.index("```python\n") + len("```python\n")
+    return section[start:section.index("```", start)]
+
+
+@pytest.mark.parametrize("dev_mode", [False, True], ids=["plain", "devmode"])
+def test_the_readme_quickstart_runs_silently_and_enqueues_its_jobs(
+        db_url: str, tmp_path: Path, dev_mode: bool) -> None:
+    """``python tasks.py`` (sync API, never calls close()) against $CONVEYOR_URL: exit 0,
+    nothing on stderr (no asyncio warnings on PostgreSQL), all 1,002 jobs written."""
+    script = _readme_quickstart()
+    assert "app = Conveyor()" in script and "close()" not in script
+    (tmp_path / "tasks.py").write_text(script)
+    env = {**os.environ, "CONVEYOR_URL": db_url, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("PYTHONDEVMODE", None)
+    if dev_mode:
+        env["PYTHONDEVMODE"] = env["PYTHONASYNCIODEBUG"] = "1"
+    done = subprocess.run([sys.executable, "tasks.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    check = Conveyor(db_url)
+    try:
+        counts = check.count_jobs()
+        assert counts["available"] == 1001 and counts["scheduled"] == 1
+        assert {j.task for j in check.list_jobs(queue="mail")} == {"send_email"}
+    finally:
+        check.close()

@@ -367,3 +367,71 @@ def test_the_readme_quickstart_runs_silently_and_enqueues_its_jobs(
         assert {j.task for j in check.list_jobs(queue="mail")} == {"send_email"}
     finally:
         check.close()
+
+
+# -- 4. which worker ran each attempt, and for how long ------------------------------------------
+
+
+def test_each_attempt_records_its_worker_and_run_time_and_the_job_page_shows_them(
+        app: Conveyor) -> None:
+    import socket
+    import time
+    import warnings
+
+    from conveyor import current_job
+
+    @app.task(backoff=0)
+    def flaky() -> str:
+        if current_job().attempt == 1:
+            time.sleep(0.05)
+            raise RuntimeError("first attempt fails")
+        time.sleep(0.12)
+        return "done"
+
+    async def main() -> str:
+        job = await flaky.enqueue_async()
+        worker = await run_worker_until(app, all_final(app))
+        final = await app.get_job_async(job.id)
+        assert final is not None and final.state == JobState.COMPLETED and final.attempt == 2
+        [error] = final.errors
+        assert error["node"] == worker.node_id
+        assert error["host"] == socket.gethostname() and error["pid"] == os.getpid()
+        assert 0.05 <= error["run_time"] < 5
+        assert final.ran_on == worker.node_id
+        assert final.run_time is not None and 0.12 <= final.run_time < 5
+        assert final.to_dict()["ran_on"] == worker.node_id  # the CLI's --json
+        await app.close_async()
+        return worker.node_id
+
+    node = asyncio.run(main())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    from conveyor.web import create_app
+
+    with TestClient(create_app(app), base_url="http://localhost") as client:
+        page = client.get("/jobs/1").text
+    assert f'<dt>last run</dt><dd id="job-last-run">attempt 2 ran ' in page
+    assert page.count(f"node {node}") >= 3  # last run, both attempts, the timeline
+    assert "RuntimeError: first attempt fails" in page
+    assert "attempt 2 ran" in page and "attempt-completed" in page and "attempt-failed" in page
+    assert f"on {socket.gethostname()} (pid {os.getpid()})" in page
+
+
+def test_a_failed_attempt_without_runner_fields_still_renders(app: Conveyor) -> None:
+    """Error entries written before schema 6 (no node, host, pid, run_time)."""
+    from datetime import UTC, datetime
+
+    from conveyor.web._data import attempt_runs, timeline
+
+    @app.task
+    def old() -> None: ...
+
+    job = old.enqueue()
+    legacy = {"attempt": 1, "at": datetime.now(UTC).isoformat(), "error": "ValueError: x"}
+    import dataclasses
+    shown = dataclasses.replace(job, errors=[legacy], attempt=1, state=JobState.RETRYABLE)
+    [run] = attempt_runs(shown, {})
+    assert run.runner == "" and run.run_time is None and run.error == "ValueError: x"
+    assert any(e.what == "attempt 1 ended" for e in timeline(shown))

@@ -77,6 +77,11 @@ class Job:
     concurrency_key: str | None = None
     #: True when enqueue found a live job with the same unique key and returned it.
     duplicate: bool = False
+    #: The worker node (``WorkerConfig``'s node id, see ``list_nodes``) that ran the
+    #: latest attempt, and how many seconds that attempt ran. Each failed attempt's entry
+    #: in ``errors`` carries its own ``node``, ``host``, ``pid`` and ``run_time``.
+    ran_on: str | None = None
+    run_time: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict (datetimes as ISO strings), used by the CLI's --json."""

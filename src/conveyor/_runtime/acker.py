@@ -23,8 +23,10 @@ class Acker:
 
     name = "acker"
 
-    def __init__(self, storage: Storage, on_flushed: Callable[[list[JobAck], set[int]], None]):
+    def __init__(self, storage: Storage, on_flushed: Callable[[list[JobAck], set[int]], None],
+                 node: str | None = None):
         self._storage = storage
+        self._node = node
         self._on_flushed = on_flushed
         self._pending: list[JobAck] = []
         self._wake = asyncio.Event()
@@ -49,7 +51,7 @@ class Acker:
         delay = 0.05
         while True:
             try:
-                applied = set(await self._storage.job_ack_many(JobAckManyParams(batch)))
+                applied = set(await self._storage.job_ack_many(JobAckManyParams(batch, self._node)))
                 break
             except DatabaseUnavailableError as exc:  # the database is away: keep, retry
                 log.warning("ack flush of %d failed, retrying: %s", len(batch), exc)
@@ -74,7 +76,8 @@ class Acker:
         for ack in batch:
             for attempt in (ack, _stripped(ack)):
                 try:
-                    applied.update(await self._storage.job_ack_many(JobAckManyParams([attempt])))
+                    applied.update(await self._storage.job_ack_many(
+                        JobAckManyParams([attempt], self._node)))
                     break
                 except DatabaseUnavailableError:
                     raise

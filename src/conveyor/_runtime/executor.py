@@ -8,7 +8,9 @@ import contextvars
 import dataclasses
 import functools
 import logging
+import os
 import random
+import socket
 import time
 import traceback
 from datetime import UTC, datetime
@@ -76,8 +78,11 @@ def _cancelled_from_outside() -> bool:
 class Executor:
     """Runs handlers: async ones on the loop, sync ones in a bounded thread pool."""
 
-    def __init__(self, registry: Registry, threads: int) -> None:
+    def __init__(self, registry: Registry, threads: int, node: str | None = None) -> None:
         self._registry = registry
+        #: Who ran an attempt, in each error entry: this worker's node, host and process.
+        self._runner: dict[str, Any] = {"node": node, "host": socket.gethostname(),
+                                        "pid": os.getpid()}
         self._pool = concurrent.futures.ThreadPoolExecutor(threads, "conveyor-job")
         self._fits: dict[tuple[str, int, tuple[str, ...]], str | None] = {}
 
@@ -101,7 +106,8 @@ class Executor:
 
     def _ack(self, ex: Execution, state: JobState, **fields: Any) -> JobAck:
         assert ex.job.lease_token is not None
-        return make_ack(id=ex.job.id, lease_token=ex.job.lease_token, state=state, **fields)
+        return make_ack(id=ex.job.id, lease_token=ex.job.lease_token, state=state,
+                        run_time=time.monotonic() - ex.started, **fields)
 
     def _error(self, ex: Execution, message: str, tb: str | None = None) -> str:
         cfg = self._registry.config
@@ -109,6 +115,8 @@ class Executor:
             "attempt": ex.job.attempt,
             "at": datetime.now(UTC).isoformat(),
             "error": _payload.truncate(message, cfg.max_error_chars),
+            "run_time": round(time.monotonic() - ex.started, 6),
+            **self._runner,
         }
         if tb:
             entry["traceback"] = _payload.truncate(tb, cfg.max_traceback_chars)

@@ -54,8 +54,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._services_stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.executor = Executor(registry, config.sync_threads or min(sum(config.queues.values()), 256))
-        self.acker = Acker(storage, self._on_flushed)
+        self.executor = Executor(registry, config.sync_threads or min(sum(config.queues.values()), 256),
+                                 self.node_id)
+        self.acker = Acker(storage, self._on_flushed, self.node_id)
         self.admission = Admission(registry.tasks, storage, self._push)
         self.producers = {
             queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,

@@ -58,11 +58,16 @@ class JobAck:
     error_json: str | None = None
     #: -1 gives the attempt back (snooze, shutdown release); 0 otherwise.
     attempt_delta: int = 0
+    #: Seconds the attempt ran (stored in ``run_time``, with the batch's node in
+    #: ``ran_on``); None for an outcome no attempt made (a job held back by a limit).
+    run_time: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobAckManyParams:
     acks: Sequence[JobAck]
+    #: The worker node whose attempts these are (``ran_on``).
+    node: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

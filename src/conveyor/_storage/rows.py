@@ -134,6 +134,7 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
     i_owner, i_token, i_exp, i_cancel = (at[c] for c in ("lease_owner", "lease_token",
                                                           "lease_expires_at", "cancel_requested"))
     i_ukey, i_ckey = at["unique_key"], at["concurrency_key"]
+    i_ran, i_run = at.get("ran_on"), at.get("run_time")  # schema 6
     return [
         make_job(id=r[i_id], task=r[i_task], queue=r[i_queue], args=js(r[i_args]),
                  kwargs=js(r[i_kwargs]), priority=r[i_prio], state=STATES[r[i_state]],
@@ -143,7 +144,9 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
                  tags=js(r[i_tags], []), meta=js(r[i_meta], {}), lease_owner=r[i_owner],
                  lease_token=r[i_token], lease_expires_at=ts(r[i_exp]),
                  cancel_requested=bool(r[i_cancel]), unique_key=r[i_ukey],
-                 concurrency_key=r[i_ckey])
+                 concurrency_key=r[i_ckey],
+                 ran_on=None if i_ran is None else r[i_ran],
+                 run_time=None if i_run is None else r[i_run])
         for r in rows
     ]
 

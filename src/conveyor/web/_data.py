@@ -166,12 +166,37 @@ class TimelineEntry:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class AttemptRun:
+    """One attempt on the job page: which worker ran it, how long, and how it ended."""
+
+    attempt: int | str
+    at: str
+    outcome: str
+    run_time: float | None = None
+    node: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    error: str = ""
+    traceback: str = ""
+
+    @property
+    def runner(self) -> str:
+        """``node abc… on host (pid 12)``, as much of it as is known."""
+        where = f" on {self.host}" if self.host else ""
+        pid = f" (pid {self.pid})" if self.pid is not None else ""
+        return f"node {self.node}{where}{pid}" if self.node else f"{where.strip()}{pid}".strip()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class JobDetail:
     job: Job
     timeline: list[TimelineEntry]
     can_retry: bool
     can_cancel: bool
     can_discard: bool
+    #: Every recorded attempt, newest first: the failed ones from ``errors``, then the
+    #: latest one when it did not fail (``ran_on``, ``run_time``).
+    attempts: list[AttemptRun] = dataclasses.field(default_factory=list)
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -191,25 +216,65 @@ def timeline(job: Job) -> list[TimelineEntry]:
     for error in job.errors:
         at = _parse_time(error.get("at"))
         if at is not None:
+            run = _failed_run(error)
+            ran = f" (ran {_duration(run.run_time)}, {run.runner})" if run.runner else ""
             entries.append(TimelineEntry(at, f"attempt {error.get('attempt', '?')} ended",
-                                         first_line(str(error.get("error", ""))), "error"))
+                                         first_line(str(error.get("error", ""))) + ran, "error"))
     if job.attempted_at is not None:
         entries.append(TimelineEntry(job.attempted_at, f"attempt {job.attempt} started",
                                      f"on {job.lease_owner}" if job.lease_owner else ""))
     if job.finished_at is not None:
-        entries.append(TimelineEntry(job.finished_at, job.state.value, "", job.state.value))
+        ran = (f"attempt {job.attempt} ran {_duration(job.run_time)} on node {job.ran_on}"
+               if job.ran_on and job.state is JobState.COMPLETED else "")
+        entries.append(TimelineEntry(job.finished_at, job.state.value, ran, job.state.value))
     entries.sort(key=lambda e: e.at)
     return entries
+
+
+def _duration(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _failed_run(error: dict[str, Any]) -> AttemptRun:
+    def text(key: str) -> str | None:
+        value = error.get(key)
+        return str(value) if value is not None else None
+
+    run_time, pid = error.get("run_time"), error.get("pid")
+    return AttemptRun(
+        attempt=error.get("attempt", "?"), at=str(error.get("at", "")), outcome="failed",
+        run_time=float(run_time) if isinstance(run_time, int | float) else None,
+        node=text("node"), host=text("host"),
+        pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        error=str(error.get("error", "")), traceback=str(error.get("traceback") or ""))
+
+
+def attempt_runs(job: Job, hosts: dict[str, tuple[str, int]]) -> list[AttemptRun]:
+    """Each attempt, newest first. ``hosts`` maps node ids to (hostname, pid) for the
+    latest attempt, whose worker is named by ``ran_on`` alone."""
+    runs = [_failed_run(e) for e in job.errors if isinstance(e, dict)]
+    failed_last = bool(job.errors) and job.errors[-1].get("attempt") == job.attempt
+    if job.ran_on and job.state is JobState.COMPLETED and not failed_last:
+        host, pid = hosts.get(job.ran_on, (None, None))
+        runs.append(AttemptRun(
+            attempt=job.attempt, at=job.finished_at.isoformat() if job.finished_at else "",
+            outcome=job.state.value, run_time=job.run_time, node=job.ran_on, host=host,
+            pid=pid))
+    runs.reverse()
+    return runs
 
 
 async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetail | None:
     job = await ops.get_job(job_id)
     if job is None:
         return None
+    hosts = ({n.id: (n.hostname, n.pid) for n in await ops.nodes()} if job.ran_on else {})
     return JobDetail(
         redact(job), timeline(job), can_retry=job.state in RETRYABLE_FROM,
         can_cancel=job.state in (*DISCARDABLE_FROM, JobState.RUNNING) and not job.cancel_requested,
-        can_discard=job.state in DISCARDABLE_FROM,
+        can_discard=job.state in DISCARDABLE_FROM, attempts=attempt_runs(job, hosts),
     )
 
 

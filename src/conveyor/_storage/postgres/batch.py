@@ -40,7 +40,7 @@ async def claim(conn: psycopg.AsyncConnection[Any], sql: str,
     return jobs_from_rows([c.name for c in cur.description], rows, json_text=False)
 
 
-async def ack_many(fetch: Fetch, batch: Sequence[JobAck],
+async def ack_many(fetch: Fetch, batch: Sequence[JobAck], node: str | None,
                    general: Callable[[Sequence[JobAck]], Awaitable[set[int]]]) -> set[int]:
     """Apply ``batch`` (one ack per id and token); returns the ids that applied."""
     fast = [a for a in batch if plain_completed(a)]
@@ -49,7 +49,9 @@ async def ack_many(fetch: Fetch, batch: Sequence[JobAck],
     if fast:
         rows = await fetch("job_ack_completed", {
             "id": [a.id for a in fast], "lease_token": [a.lease_token for a in fast],
-            "result": [a.result_json for a in fast]})
+            "result": [a.result_json for a in fast],
+            "run_time": [None if a.run_time is None else float(a.run_time) for a in fast],
+            "node": node})
         applied.update(r["id"] for r in rows)
     if rest:
         applied |= await general(rest)

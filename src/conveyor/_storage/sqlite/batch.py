@@ -57,7 +57,7 @@ def claim(conn: sqlite3.Connection, sql: str, values: Mapping[str, Any]) -> Rows
 
 
 def ack_many(conn: sqlite3.Connection, sql_completed: str, acks: Sequence[JobAck],
-             exact: Callable[[Sequence[JobAck]], list[int]]) -> list[int]:
+             node: str | None, exact: Callable[[Sequence[JobAck]], list[int]]) -> list[int]:
     """Apply fenced acks; ``exact`` is the per-row path (one statement per ack)."""
     fast = [a for a in acks if plain_completed(a)]
     if len(fast) < 2 or len({a.id for a in acks}) != len(acks):
@@ -65,7 +65,8 @@ def ack_many(conn: sqlite3.Connection, sql_completed: str, acks: Sequence[JobAck
     rest = [a for a in acks if not plain_completed(a)]
     conn.execute("SAVEPOINT conveyor_ack")  # an error rolls the whole transaction back
     done = conn.executemany(
-        sql_completed, [(a.result_json, a.id, a.lease_token) for a in fast]).rowcount
+        sql_completed,
+        [(a.result_json, node, a.run_time, a.id, a.lease_token) for a in fast]).rowcount
     if done != len(fast):  # some fence held: find out which, row by row
         conn.execute("ROLLBACK TO conveyor_ack")
         conn.execute("RELEASE conveyor_ack")

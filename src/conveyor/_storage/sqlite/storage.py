@@ -245,7 +245,8 @@ class SQLiteStorage(BaseStorage):
                 row = conn.execute(sql, {
                     "id": ack.id, "lease_token": ack.lease_token, "state": ack.state.value,
                     "delay": ack.delay, "result": ack.result_json, "error": ack.error_json,
-                    "attempt_delta": ack.attempt_delta,
+                    "attempt_delta": ack.attempt_delta, "run_time": ack.run_time,
+                    "node": params.node,
                 }).fetchone()
                 if row is not None:
                     applied.append(row["id"])
@@ -255,7 +256,7 @@ class SQLiteStorage(BaseStorage):
 
         def run(conn: Conn) -> list[int]:  # plain completions in one statement
             return batch.ack_many(conn, self._q["job_ack_completed"], params.acks,
-                                  lambda acks: exact(conn, acks))
+                                  params.node, lambda acks: exact(conn, acks))
 
         return await self._thread.call_write(run)
 

@@ -76,13 +76,15 @@ WITH acked AS (
         result = a.result::jsonb,
         errors = CASE WHEN a.error IS NULL THEN j.errors
                       ELSE j.errors || jsonb_build_array(a.error::jsonb) END,
+        ran_on = CASE WHEN a.run_time IS NULL THEN j.ran_on ELSE %(node)s::text END,
+        run_time = coalesce(a.run_time, j.run_time),
         lease_owner = NULL,
         lease_token = NULL,
         lease_expires_at = NULL
     FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(state)b::text[],
                 %(delay)b::float8[], %(result)b::text[], %(error)b::text[],
-                %(attempt_delta)b::integer[])
-         AS a(id, lease_token, state, delay, result, error, attempt_delta)
+                %(attempt_delta)b::integer[], %(run_time)b::float8[])
+         AS a(id, lease_token, state, delay, result, error, attempt_delta, run_time)
     -- lease_token is non-null only while running (CHECK); testing state too would let the
     -- planner join through the state index on stale estimates (see job_ack_completed)
     WHERE j.id = a.id AND j.lease_token = a.lease_token

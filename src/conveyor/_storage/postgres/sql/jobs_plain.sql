@@ -39,11 +39,14 @@ UPDATE conveyor_jobs AS j
 SET state = 'completed',
     finished_at = now(),
     result = a.result::jsonb,
+    ran_on = %(node)s::text,
+    run_time = a.run_time,
     lease_owner = NULL,
     lease_token = NULL,
     lease_expires_at = NULL
-FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(result)b::text[])
-     AS a(id, lease_token, result)
+FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(result)b::text[],
+            %(run_time)b::float8[])
+     AS a(id, lease_token, result, run_time)
 -- No "j.state = 'running'": the CHECK constraint makes a non-null lease_token mean
 -- running, and that predicate lets the planner join through the state index, whose
 -- estimate for 'running' goes stale fast on a queue table (a full scan of what runs,

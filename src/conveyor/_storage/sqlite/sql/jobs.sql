@@ -52,6 +52,8 @@ SET state = CASE WHEN cancel_requested = 1 AND :state IN ('available', 'schedule
     result = :result,
     errors = CASE WHEN :error IS NULL THEN errors
                   ELSE json_insert(errors, '$[#]', json(:error)) END,
+    ran_on = CASE WHEN :run_time IS NULL THEN ran_on ELSE :node END,
+    run_time = coalesce(:run_time, run_time),
     lease_owner = NULL,
     lease_token = NULL,
     lease_expires_at = NULL

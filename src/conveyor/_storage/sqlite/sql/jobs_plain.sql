@@ -13,11 +13,14 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: job_ack_completed
 -- job_ack for state 'completed' with no error, no delay and no attempt change
--- (result, id, lease_token). The same fence: only while this attempt holds the lease.
+-- (result, ran_on, run_time, id, lease_token). The same fence: only while this attempt
+-- holds the lease.
 UPDATE conveyor_jobs
 SET state = 'completed',
     finished_at = (julianday('now') - 2440587.5) * 86400.0,
     result = ?,
+    ran_on = ?,
+    run_time = ?,
     lease_owner = NULL,
     lease_token = NULL,
     lease_expires_at = NULL

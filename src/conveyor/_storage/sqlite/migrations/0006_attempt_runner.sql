@@ -1,0 +1,4 @@
+-- The worker node that ran a job's latest attempt, and how long that attempt ran (seconds,
+-- measured by the worker). Failed attempts carry the same in their entry of ``errors``.
+ALTER TABLE conveyor_jobs ADD COLUMN ran_on TEXT;
+ALTER TABLE conveyor_jobs ADD COLUMN run_time REAL;

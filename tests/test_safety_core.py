@@ -214,7 +214,7 @@ def test_an_unreachable_delay_is_refused_naming_the_limit(app: Conveyor, delay: 
     with pytest.raises(ValueError, match="100 years"):
         work.options(delay=delay).enqueue()
     with pytest.raises(ValueError, match="100 years"):
-        app.enqueue_many([work.job()] + [work.options(delay=delay).job()])
+        app.enqueue_many([work.job(), work.options(delay=delay).job()])
     assert sum(app.count_jobs().values()) == 0
 
 
@@ -412,7 +412,7 @@ def test_each_attempt_records_its_worker_and_run_time_and_the_job_page_shows_the
 
     with TestClient(create_app(app), base_url="http://localhost") as client:
         page = client.get("/jobs/1").text
-    assert f'<dt>last run</dt><dd id="job-last-run">attempt 2 ran ' in page
+    assert '<dt>last run</dt><dd id="job-last-run">attempt 2 ran ' in page
     assert page.count(f"node {node}") >= 3  # last run, both attempts, the timeline
     assert "RuntimeError: first attempt fails" in page
     assert "attempt 2 ran" in page and "attempt-completed" in page and "attempt-failed" in page

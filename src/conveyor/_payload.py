@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import UTC, datetime
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ._errors import PayloadTooLargeError

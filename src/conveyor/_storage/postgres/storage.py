@@ -328,8 +328,7 @@ class PostgresStorage(BaseStorage):
             values: dict[str, Any] = {col: [getattr(x, a) for x in rest] for col, a in _ACK_COLUMNS}
             values["state"] = [a.state.value for a in rest]
             values["delay"] = _floats(a.delay for a in rest)
-            values["run_time"] = _floats(a.run_time for a in rest)
-            values["node"] = params.node
+            values.update(run_time=_floats(a.run_time for a in rest), node=params.node)
             return {r["id"] for r in await self._fetch("job_ack", values)}
 
         # plain completions go through the narrower job_ack_completed

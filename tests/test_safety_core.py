@@ -14,11 +14,14 @@ from typing import Any
 
 import pytest
 
+import conveyor
 from conveyor import Conveyor, JobState, WorkerConfig
 
-from ._runtime_util import FAST, all_final, run_worker_until
+from ._runtime_util import all_final, run_worker_until
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The source tree of the conveyor under test, for the subprocesses.
+SRC = Path(conveyor.__file__).resolve().parents[1]
 
 
 class CustomBase(BaseException):
@@ -165,7 +168,7 @@ def test_conveyor_worker_process_survives_sys_exit_in_a_sync_handler(
         def works():
             return "ok"
     """))
-    env = {**os.environ, "CONVEYOR_URL": db_url, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "CONVEYOR_URL": db_url, "PYTHONPATH": str(SRC)}
     app = Conveyor(db_url)
     try:
         q = app.task(name="quits", max_attempts=1)(lambda: None).enqueue()
@@ -183,7 +186,6 @@ def test_conveyor_worker_process_survives_sys_exit_in_a_sync_handler(
         app.close()
 
 
-_ = FAST
 
 
 # -- 3. validation at enqueue ----------------------------------------------------------------
@@ -352,7 +354,7 @@ def test_the_readme_quickstart_runs_silently_and_enqueues_its_jobs(
     script = _readme_quickstart()
     assert "app = Conveyor()" in script and "close()" not in script
     (tmp_path / "tasks.py").write_text(script)
-    env = {**os.environ, "CONVEYOR_URL": db_url, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "CONVEYOR_URL": db_url, "PYTHONPATH": str(SRC)}
     env.pop("PYTHONDEVMODE", None)
     if dev_mode:
         env["PYTHONDEVMODE"] = env["PYTHONASYNCIODEBUG"] = "1"

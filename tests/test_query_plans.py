@@ -111,7 +111,11 @@ WHOLE_READS: dict[str, Whole] = {
 }
 
 #: Identifiers that may follow a table name without being its alias.
-_KEYWORDS = frozenset(["where", "set", "on", "order", "group", "limit", "join", "left", "right", "inner", "cross", "natural", "using", "values", "select", "returning", "union", "except", "intersect", "having", "window", "as", "default"])
+_KEYWORDS = frozenset([
+    "where", "set", "on", "order", "group", "limit", "join", "left", "right", "inner", "cross",
+    "natural", "using", "values", "select", "returning", "union", "except", "intersect",
+    "having", "window", "as", "default",
+])
 
 _TABLE_REF = re.compile(r"\b(?:FROM|JOIN|UPDATE|INTO)\s+(conveyor_\w+)(?:\s+(?:AS\s+)?(\w+))?",
                         re.IGNORECASE)

@@ -371,6 +371,8 @@ def test_pause_resume_and_scale_reach_running_workers(
              message=f"no start for {QUIET}s after the pause")
     late = starts_after(paused_at)
     stopped_after = (late[-1] - paused_at) if late else 0.0
+    waiting = flow.app.count_jobs(queue="ctl")["available"]
+    assert waiting > 0, "the queue went quiet because it ran dry, not because it was paused"
     # Resume: starts come back.
     resumed_at = time.time()
     flow.app.resume_queue("ctl")

@@ -133,10 +133,12 @@ def test_sigterm_past_the_timeout_returns_jobs_without_an_attempt(
 
 def test_second_sigint_exits_at_once(queue_app: Conveyor, cluster: Cluster) -> None:
     queue_app.enqueue_many([acceptance.sleepy.job(60)])
-    proc = cluster.worker("-c", "1", "--shutdown-timeout", "60")
+    # info level: the worker logs when the first signal has made it drain
+    proc = cluster.worker("-c", "1", "--shutdown-timeout", "60", "--log-level", "info")
     wait_until(lambda: len(cluster.events()) >= 1, 20, "the job to start")
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.2)  # let the first signal land before the second (ordering, not a wait)
+    wait_until(lambda: "stopping: no new jobs" in cluster.output(proc) or proc.poll() is not None,
+               20, "the worker to log that it is draining")
     assert proc.poll() is None, "first SIGINT only starts draining"
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=5) == 130

@@ -1,11 +1,12 @@
-"""Smoke test of the PostgreSQL backend against a throwaway database on 127.0.0.1:5432."""
+"""Smoke test of the PostgreSQL backend against scratch databases on the server the suite
+found (``tests/_pg.py``, through the ``postgres_admin_url`` fixture): skipped loudly when
+there is none, and failed instead when ``CONVEYOR_REQUIRE_POSTGRES=1``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -40,39 +41,31 @@ from conveyor._storage import (
 )
 from conveyor._storage.postgres import PostgresConfig, PostgresStorage
 
+from . import _pg
+
 ALL_VERSIONS = [m.version for m in load_migrations("postgres")]
 
-ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-
-
-def _reachable() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 5432), timeout=1).close()
-    except OSError:
-        return False
-    return True
-
-
-pytestmark = pytest.mark.skipif(not _reachable(), reason="no PostgreSQL on 127.0.0.1:5432")
+#: Any well-formed URL, for checks that never connect.
+SOME_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
 @contextlib.contextmanager
-def scratch_database(suffix: str) -> Iterator[str]:
+def scratch_database(admin_url: str, suffix: str) -> Iterator[str]:
     name = f"conveyor_smoke_{os.getpid()}_{suffix}"
     ident = sql.Identifier(name)
-    with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+    with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(ident))
     try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
+        yield _pg.with_database(admin_url, name)
     finally:
-        with psycopg.connect(ADMIN_URL, autocommit=True) as admin:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
 
 
 @pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with scratch_database("main") as db_url:
+def url(postgres_admin_url: str) -> Iterator[str]:
+    with scratch_database(postgres_admin_url, "main") as db_url:
 
         async def migrate() -> None:
             storage = PostgresStorage(PostgresConfig(db_url), WakeHub())
@@ -342,8 +335,8 @@ def test_listen_wakes_subscribers_only_on_commit(url: str) -> None:
     run(url, body)
 
 
-def test_schema_missing_is_refused() -> None:
-    with scratch_database("empty") as empty_url:
+def test_schema_missing_is_refused(postgres_admin_url: str) -> None:
+    with scratch_database(postgres_admin_url, "empty") as empty_url:
         storage = PostgresStorage(PostgresConfig(empty_url), WakeHub())
         with pytest.raises(SchemaError, match="conveyor migrate"):
             asyncio.run(storage.open())
@@ -364,4 +357,4 @@ def test_unreachable_database_is_one_clear_line() -> None:
 
 def test_bad_channel_is_rejected() -> None:
     with pytest.raises(ValueError, match="channel"):
-        PostgresStorage(PostgresConfig(ADMIN_URL, channel="x; DROP TABLE y"), WakeHub())
+        PostgresStorage(PostgresConfig(SOME_URL, channel="x; DROP TABLE y"), WakeHub())

@@ -6,10 +6,11 @@ error marked ``type: ignore[...]`` that stopped being an error fails mypy as unu
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, assert_type
+
+import pytest
 
 import conveyor
 from conveyor import Conveyor, Job, Task, TaskWithOptions
@@ -73,7 +74,9 @@ def test_enqueue_keeps_the_task_signature(tmp_path: Path) -> None:
     assert isinstance(resize.options(delay=1), TaskWithOptions)
     assert_type(resize.enqueue("/p", width=10), Job)
     resize.enqueue(1)  # type: ignore[arg-type]
-    with contextlib.suppress(TypeError):
+    # a misspelt keyword is refused at runtime too, before anything is stored
+    with pytest.raises(TypeError, match=r"arguments do not fit task 'send_email'.*'subject'"):
         send_email.enqueue("a@b.c", subjekt="x")  # type: ignore[call-arg]
+    assert app.list_jobs(queue="mail") == []
     resize.options(priority=1).enqueue("/p", width="wide")  # type: ignore[arg-type]
     app.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import json
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,7 @@ from conveyor._storage import (
     JobRetryParams,
     JobStageDueParams,
     NodeDeleteParams,
+    NodeListParams,
     NodeUpsertParams,
     StagedJob,
     Storage,
@@ -276,10 +278,25 @@ def test_list_filters_and_paginates_newest_first(app: Conveyor) -> None:
 
 def test_node_upsert_and_delete(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        node = NodeUpsertParams(id="n1", hostname="h", pid=1, queues_json='{"default":1}', ttl=15)
+        node = NodeUpsertParams(id="n1", hostname="h", pid=1, queues_json='{"default":1}',
+                                tasks_json='["t1","t2"]', ttl=15)
         await s.node_upsert(node)
-        await s.node_upsert(node)  # a heartbeat is the same upsert
+        first = {n.id: n for n in await s.node_list(NodeListParams())}
+        assert list(first) == ["n1"]
+        listed = first["n1"]
+        assert (listed.hostname, listed.pid, listed.queues, listed.tasks, listed.ttl) == (
+            "h", 1, {"default": 1}, ["t1", "t2"], 15)
+        assert listed.alive
+        assert listed.heartbeat_at >= listed.started_at
+        # a heartbeat is the same upsert: it updates the row (not a second one) and keeps
+        # the start time
+        await s.node_upsert(dataclasses.replace(node, queues_json='{"q":3}', ttl=20))
+        again = await s.node_list(NodeListParams())
+        assert [(n.id, n.pid, n.queues, n.ttl) for n in again] == [("n1", 1, {"q": 3}, 20)]
+        assert again[0].started_at == listed.started_at
+        assert again[0].heartbeat_at >= listed.heartbeat_at
         await s.node_delete(NodeDeleteParams("n1"))
+        assert await s.node_list(NodeListParams()) == []
 
     run(app, body)
 
@@ -292,13 +309,26 @@ def test_wake_subscribers_hear_about_new_jobs(app: Conveyor) -> None:
         def on_wake(queue: str) -> None:
             loop.call_soon_threadsafe(heard.put_nowait, queue)
 
+        async def next_wake(expected: str) -> str:
+            try:
+                return await asyncio.wait_for(heard.get(), timeout=10)
+            except TimeoutError:
+                raise AssertionError(f"no wake-up within 10 s (expected {expected!r})") from None
+
         unsubscribe = s.wake_subscribe(on_wake)
         try:
-            await asyncio.sleep(0.2)  # let a LISTEN connection settle where there is one
+            if s.capabilities.dialect == "postgres":
+                # The LISTEN connection announces itself with "*" once it listens (a wake
+                # sent before that is lost). Wait for it, so that what follows can only be
+                # the insert's own notification.
+                assert await next_wake("*") == "*"
+            drained = []
+            while not heard.empty():
+                drained.append(heard.get_nowait())
+            assert drained == []  # nothing else is inserting
             await s.job_insert_many(JobInsertManyParams([ins(queue="wake")]))
-            seen: set[str] = set()
-            while "wake" not in seen and "*" not in seen:
-                seen.add(await asyncio.wait_for(heard.get(), timeout=5))
+            # the insert wakes its own queue by name ("*" would wake every producer)
+            assert await next_wake("wake") == "wake"
         finally:
             unsubscribe()
 

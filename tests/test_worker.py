@@ -222,17 +222,24 @@ def test_queued_job_cancelled_at_once_never_runs(app: Conveyor) -> None:
 
     job = work.options(delay=0.05).enqueue(1)
     other = work.enqueue(2)
+    # Due after the cancelled job: once the worker has staged and run it, the stager has
+    # passed the cancelled job's due time while the worker was running.
+    later = work.options(delay=0.3).enqueue(3)
     assert app.cancel_job(job.id).state == JobState.CANCELLED
 
     async def main() -> None:
-        await run_worker_until(app, in_state(app, other, JobState.COMPLETED))
-        await asyncio.sleep(0.2)  # the delay passes; the cancelled job must stay put
-        final = await app.get_job_async(job.id)
-        assert final is not None and final.state == JobState.CANCELLED
+        await run_worker_until(app, all_final(app))
+        finals = {j.id: await app.get_job_async(j.id) for j in (job, other, later)}
+        assert {i: (f.state if f else None) for i, f in finals.items()} == {
+            job.id: JobState.CANCELLED, other.id: JobState.COMPLETED,
+            later.id: JobState.COMPLETED}
+        final = finals[job.id]
+        assert final is not None and final.attempt == 0 and final.attempted_at is None
+        assert later.scheduled_at > job.scheduled_at
         await app.close_async()
 
     asyncio.run(main())
-    assert ran == [2]
+    assert sorted(ran) == [2, 3]
 
 
 def test_current_job_describes_the_running_job(app: Conveyor) -> None:

@@ -30,7 +30,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -269,15 +269,28 @@ def jobs(url: str) -> dict[int, Job]:
 
 class Observer:
     """Watches the database while a scenario runs: a completed job must stay completed,
-    with the same attempt and result, and no execution may start after it completed."""
+    with the same attempt and result, and no execution may start after it completed.
 
-    def __init__(self, url: str, interval: float = 0.15) -> None:
-        self.url, self.interval = url, interval
+    A poll may fail (a busy SQLite file, a dropped connection): the failures are counted
+    and reported in the scenario's result, and more than ``max_errors`` of them, or no
+    successful poll while the scenario ran, fail it (an observer that cannot see proves
+    nothing). Polls failing inside ``with observer.outage():`` (the scenario takes the
+    database down on purpose) are counted apart and not bounded."""
+
+    def __init__(self, url: str, interval: float = 0.15, max_errors: int = 3) -> None:
+        self.url, self.interval, self.max_errors = url, interval, max_errors
         #: id -> (monotonic time first seen completed, attempt, result text)
         self.completed: dict[int, tuple[float, int, str]] = {}
         self.violations: list[str] = []
+        #: Successful polls (the last look at exit included).
         self.polls = 0
+        #: Polls of the background thread: tried, and failed outside / inside an outage.
+        self.attempts = 0
         self.errors = 0
+        self.outage_errors = 0
+        #: The first few unexpected errors, one line each.
+        self.error_samples: list[str] = []
+        self._outages = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos-observer", daemon=True)
 
@@ -292,12 +305,41 @@ class Observer:
         if et is None:
             self.poll()  # one last look once everything stopped
 
+    @contextlib.contextmanager
+    def outage(self) -> Iterator[None]:
+        """The database is down on purpose meanwhile: failed polls are expected."""
+        self._outages += 1
+        try:
+            yield
+        finally:
+            self._outages -= 1
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            in_outage = self._outages > 0
+            self.attempts += 1
             try:
                 self.poll()
-            except Exception:  # the database may be restarting: look again later
+            except Exception as exc:  # counted, reported, and bounded by problems()
+                if in_outage or self._outages > 0:
+                    self.outage_errors += 1
+                    continue
                 self.errors += 1
+                if len(self.error_samples) < 5:
+                    self.error_samples.append(" ".join(f"{type(exc).__name__}: {exc}".split()))
+
+    def problems(self) -> list[str]:
+        """What makes this observer's silence meaningless: too many failed polls, or none
+        that succeeded while the scenario ran."""
+        out = []
+        succeeded = self.attempts - self.errors - self.outage_errors
+        if self.attempts and succeeded <= 0:
+            out.append(f"the observer never read the table while the scenario ran: all "
+                       f"{self.attempts} polls failed ({'; '.join(self.error_samples) or 'outage'})")
+        if self.errors > self.max_errors:
+            out.append(f"{self.errors} of {self.attempts} observer polls failed (at most "
+                       f"{self.max_errors} may): {'; '.join(self.error_samples)}")
+        return out
 
     def poll(self) -> None:
         rows = query(self.url, "SELECT id, state, attempt, result FROM conveyor_jobs"
@@ -344,6 +386,10 @@ class Outcome:
     #: Attempts given back without being used (graceful shutdown, Snooze).
     given_back: int = 0
     lost: int = 0
+    #: The observer's polls: tried, failed (bounded), failed during a planned outage.
+    observer_polls: int = 0
+    observer_errors: int = 0
+    observer_outage_errors: int = 0
     violations: list[str] = dataclasses.field(default_factory=list)
 
     def assert_ok(self) -> None:
@@ -438,6 +484,10 @@ def check(
                          f"{late[0].pid}) {late[0].t - seen:.3f}s after it was seen completed")
     if observer is not None:
         v += observer.violations
+        v += observer.problems()
+        out.observer_polls = observer.attempts
+        out.observer_errors = observer.errors
+        out.observer_outage_errors = observer.outage_errors
     return out
 
 
@@ -468,6 +518,8 @@ class Result:
             "duplicate_completions": o.duplicate_completions, "leases_lost": o.leases_lost,
             "given_back": o.given_back, "executions": o.executions, "states": o.states,
             "violations": len(o.violations), "notes": self.notes,
+            "observer": {"polls": o.observer_polls, "errors": o.observer_errors,
+                         "outage_errors": o.observer_outage_errors},
             "seconds": round(self.seconds, 1), "extra": self.extra,
             "command": f"CONVEYOR_CHAOS=long .venv/bin/pytest '{self.test}'",
         }

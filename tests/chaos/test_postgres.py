@@ -13,13 +13,14 @@ import secrets
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import NoReturn
 
 import psycopg
 import pytest
 from psycopg import sql
 
 from .. import _pg
-from ..conftest import migrate
+from ..conftest import PG_MISSING, migrate
 from . import app as chaos
 from .harness import (
     Cluster,
@@ -66,17 +67,25 @@ class Restartable(_pg.ThrowawayCluster):
                    "-m", "fast", "-w", "-t", "30", "restart"], timeout=60)
 
 
+def unavailable(reason: str) -> NoReturn:
+    """Skip loudly, or fail when ``CONVEYOR_REQUIRE_POSTGRES=1`` (as the conftest does)."""
+    message = f"{PG_MISSING} {reason}"
+    if _pg.required():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
 @contextlib.contextmanager
 def throwaway_database() -> Iterator[tuple[Restartable, str]]:
     bindir = _pg.find_pg_bindir()
     if bindir is None:
-        pytest.skip("scenario 5 needs initdb/pg_ctl for a private cluster to restart "
+        unavailable("scenario 5 needs initdb/pg_ctl for a private cluster to restart "
                     "(the shared server is never restarted)")
     try:
         server = Restartable(bindir)
         admin = server.start()
     except _pg.PostgresUnavailable as exc:
-        pytest.skip(f"scenario 5 cannot start a private cluster to restart: {exc}")
+        unavailable(f"scenario 5 cannot start a private cluster to restart: {exc}")
     try:
         name = f"chaos_{secrets.token_hex(4)}"
         with psycopg.connect(admin, autocommit=True) as conn:
@@ -112,9 +121,10 @@ def test_postgres_restart_under_load(chaos_dir: Path, started: float,
 
                 cluster.wait(progress, 60, "the workers to make progress")
                 before = listeners(url)
-                server.restart()
-                cluster.wait(partial(relistened, url, before, workers), 60,
-                             "both workers to LISTEN again after the restart")
+                with observer.outage():  # its polls fail while the server is down
+                    server.restart()
+                    cluster.wait(partial(relistened, url, before, workers), 60,
+                                 "both workers to LISTEN again after the restart")
             # Wake-ups work again: new jobs are picked up at once.
             late = enqueue(url, [chaos.work.job(0.01) for _ in range(20)])
             cluster.wait(lambda: all_final(url), pick(120, 600), "every job to finish")

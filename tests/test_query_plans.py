@@ -74,10 +74,6 @@ WHOLE_READS: dict[str, Whole] = {
         "row (partial index) and every node (one row per worker process)",
         sqlite={"conveyor_jobs_lease_idx", "conveyor_nodes"},
         postgres={"conveyor_jobs_lease_idx", "conveyor_nodes"}),
-    "job_prune": whole(
-        "PostgreSQL: the generic plan hash-joins the batch of ids against every job "
-        "(pkey walked whole; the id subquery itself reads finished_idx ranges)",
-        postgres={"conveyor_jobs_pkey"}),
     "job_failure_groups": whole(
         "PostgreSQL: newest failures first, the generic plan walks ids backward filtering "
         "on state until the scan cap (state_idx cannot give id order across two states)",

@@ -106,9 +106,11 @@ WHERE j.id = %(id)s AND o.state = 'available' AND o.queue = j.queue AND o.id <> 
       > (j.priority, -extract(epoch FROM j.scheduled_at), -j.id);
 
 -- name: job_prune
--- One bounded batch: short locks, repeated by the pruner until nothing is left.
+-- One bounded batch: short locks, repeated by the pruner until nothing is left. The ids
+-- go in as an array (= ANY), so the delete is one primary-key probe per id; with IN
+-- (subquery) the generic plan hash-joined the batch against every job of the table.
 DELETE FROM conveyor_jobs
-WHERE id IN (
+WHERE id = ANY(ARRAY(
     SELECT id FROM conveyor_jobs
     WHERE (state IN ('completed', 'cancelled')
            AND finished_at < now() - %(completed_age)s::float8 * interval '1 second')
@@ -116,7 +118,7 @@ WHERE id IN (
            AND finished_at < now() - %(discarded_age)s::float8 * interval '1 second')
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 RETURNING id;
 
 -- name: node_prune

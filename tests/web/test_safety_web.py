@@ -195,3 +195,104 @@ def test_a_port_in_use_is_a_usage_error_not_a_database_one(tmp_path: Path) -> No
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and f"port {port}" in lines[0] and "in use" in lines[0], proc.stderr
 
+
+
+# -- integers beyond 64 bits ------------------------------------------------------------------
+
+HUGE = ["9223372036854775808", "99999999999999999999999999", "1" + "0" * 5000, "-1", "0",
+        "1e3", "٣"]
+
+
+@pytest.mark.parametrize("value", HUGE)
+def test_huge_integers_in_paths_queries_and_forms_are_answered(browser: Browser, world: Conveyor,
+                                                               value: str) -> None:
+    before = snapshot(world)
+    assert browser.get(f"/jobs/{value}").status_code == 404
+    for action in ("retry", "cancel", "discard"):
+        assert browser.post(f"/jobs/{value}/{action}").status_code == 404
+    for query in (f"before={value}", f"after={value}", f"limit={value}",
+                  f"before={value}&after={value}&limit={value}&state=failed"):
+        page = browser.get(f"/jobs?{query}")
+        assert page.status_code == 200, (query, page.text[:200])
+        assert "send_email" in page.text or "charge" in page.text
+    assert browser.get(f"/bulk?action=retry&state=failed&limit={value}").status_code == 200
+    response = browser.post("/queues/mail/concurrency", {"concurrency": value})
+    assert response.status_code == 303
+    flash = browser.get("/queues").text
+    assert "Concurrency must be a whole number from 1 to 100,000." in flash
+    assert snapshot(world) == before
+
+
+def test_the_largest_64_bit_id_is_simply_not_found(browser: Browser) -> None:
+    assert browser.get("/jobs/9223372036854775807").status_code == 404
+    assert browser.post("/jobs/9223372036854775807/retry").status_code == 404
+    ok = browser.get("/jobs?before=9223372036854775807")
+    assert ok.status_code == 200 and "send_email" in ok.text
+
+
+# -- bulk actions ------------------------------------------------------------------------------
+
+
+def _states(app: Conveyor) -> dict[int, str]:
+    return {j.id: j.state.value for j in app.list_jobs(limit=500)}
+
+
+def test_retry_all_on_an_unfiltered_page_never_reruns_completed_jobs(browser: Browser,
+                                                                     world: Conveyor) -> None:
+    before = _states(world)
+    completed = [i for i, s in before.items() if s == "completed"]
+    failed = [i for i, s in before.items() if s in ("retryable", "discarded", "cancelled")]
+    assert len(completed) > 20 and failed
+    page = browser.get("/bulk?action=retry&back=/jobs").text
+    assert f"Retry {len(failed)} job(s)?" in page, page
+    states = page.split('id="bulk-states">', 1)[1].split("</p>", 1)[0]
+    assert "retryable" in states and "discarded" in states and "cancelled" in states
+    assert "completed" not in states
+    assert "Completed jobs are never retried in bulk" in page
+    assert browser.post("/bulk", {"action": "retry", "back": "/jobs"}).status_code == 303
+    after = _states(world)
+    assert all(after[i] == "completed" for i in completed)  # not one re-run
+    assert all(after[i] == "available" for i in failed)
+    assert f"{len(failed)} job(s) retried" in browser.get("/jobs").text
+
+
+def test_completed_jobs_are_retried_only_when_named(browser: Browser, world: Conveyor) -> None:
+    completed = [i for i, s in _states(world).items() if s == "completed"]
+    page = browser.get("/bulk?action=retry&state=completed&task=resize").text
+    resize = [j.id for j in world.list_jobs(task="resize", state="completed", limit=500)]
+    assert f"Retry {len(resize)} job(s)?" in page and "<strong>completed</strong>" in page
+    form = {"action": "retry", "state": "completed", "task": "resize"}
+    assert browser.post("/bulk", form).status_code == 303
+    after = _states(world)
+    assert {after[i] for i in resize} == {"available"}
+    assert all(after[i] == "completed" for i in completed if i not in resize)
+
+
+def test_discard_all_on_an_unfiltered_page_touches_only_failed_jobs(browser: Browser,
+                                                                    world: Conveyor) -> None:
+    before = _states(world)
+    waiting = [i for i, s in before.items() if s in ("available", "scheduled")]
+    retryable = [i for i, s in before.items() if s == "retryable"]
+    assert waiting and retryable
+    page = browser.get("/bulk?action=discard&back=/jobs").text
+    assert f"Discard {len(retryable)} job(s)?" in page
+    assert "<strong>retryable</strong>" in page and "<strong>available</strong>" not in page
+    assert browser.post("/bulk", {"action": "discard"}).status_code == 303
+    after = _states(world)
+    assert all(after[i] == before[i] for i in waiting)
+    assert all(after[i] == "discarded" for i in retryable)
+    # Named explicitly, available jobs can be discarded.
+    page = browser.get("/bulk?action=discard&state=available").text
+    assert "<strong>available</strong>" in page
+    assert browser.post("/bulk", {"action": "discard", "state": "available"}).status_code == 303
+    assert all(_states(world)[i] == "discarded" for i in waiting if before[i] == "available")
+
+
+def test_a_state_an_action_cannot_change_is_said_and_changes_nothing(browser: Browser,
+                                                                    world: Conveyor) -> None:
+    before = _states(world)
+    page = browser.get("/bulk?action=discard&state=completed").text
+    assert "Discard 0 job(s)?" in page and "never changes completed jobs" in page
+    assert 'id="confirm-bulk"' not in page
+    assert browser.post("/bulk", {"action": "discard", "state": "completed"}).status_code == 303
+    assert _states(world) == before

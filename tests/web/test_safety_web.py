@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
+from ..conftest import WaitFor
 from .conftest import Browser, browser_for
 from .test_security import basic, snapshot
 
@@ -296,3 +298,127 @@ def test_a_state_an_action_cannot_change_is_said_and_changes_nothing(browser: Br
     assert 'id="confirm-bulk"' not in page
     assert browser.post("/bulk", {"action": "discard", "state": "completed"}).status_code == 303
     assert _states(world) == before
+
+
+# -- the database down ---------------------------------------------------------------------
+
+PAGES = ["/", "/queues", "/jobs", "/jobs?state=failed", "/jobs/1", "/failures", "/schedules",
+         "/workers", "/bulk?action=retry&state=failed"]
+FAST_ENOUGH = 3.0
+
+
+def _database_up(text: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    return float(families["conveyor_database_up"].samples[0].value)
+
+
+def _assert_down_everywhere(b: Browser) -> None:
+    token = b.token("/")  # the 503 page still carries one
+    for path in PAGES:
+        started = time.monotonic()
+        response = b.get(path)
+        took = time.monotonic() - started
+        assert took < FAST_ENOUGH, (path, took)
+        assert response.status_code == 503, (path, response.status_code, response.text[:200])
+        assert "The database is unreachable" in response.text, path
+        assert "Internal Server Error" not in response.text
+    for path in ("/queues/mail/pause", "/jobs/1/retry"):
+        started = time.monotonic()
+        response = b.post(path, token=token)
+        assert time.monotonic() - started < FAST_ENOUGH
+        assert response.status_code == 503 and "unreachable" in response.text, path
+    started = time.monotonic()
+    metrics = b.get("/metrics")
+    assert time.monotonic() - started < FAST_ENOUGH
+    assert metrics.status_code == 200 and _database_up(metrics.text) == 0
+    started = time.monotonic()
+    assert b.get("/healthz").status_code == 503
+    assert time.monotonic() - started < FAST_ENOUGH
+
+
+def _closed_port() -> int:
+    return _free_port()  # nothing listens there once the probe socket is closed
+
+
+@pytest.mark.parametrize("where", ["postgres-closed-port", "sqlite-missing-directory",
+                                   "sqlite-not-a-database"])
+def test_every_page_answers_fast_when_the_database_is_unreachable(where: str,
+                                                                  tmp_path: Path) -> None:
+    if where == "postgres-closed-port":
+        url = f"postgresql://postgres@127.0.0.1:{_closed_port()}/conveyor"
+    elif where == "sqlite-missing-directory":
+        url = f"sqlite:///{tmp_path / 'gone' / 'jobs.db'}"
+    else:
+        (tmp_path / "jobs.db").write_bytes(b"this is not a database\n" * 200)
+        url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    app = Conveyor(url)
+    try:
+        for b in browser_for(app):
+            _assert_down_everywhere(b)
+    finally:
+        app.close()
+    assert not (tmp_path / "gone").exists()  # nothing created on the way
+
+
+def test_metrics_says_the_database_is_up(browser: Browser) -> None:
+    response = browser.get("/metrics")
+    assert response.status_code == 200 and _database_up(response.text) == 1
+
+
+@pytest.fixture
+def own_postgres(postgres_admin_url: str) -> Iterator[tuple[str, str]]:
+    """A database of this test alone (it will be cut off), and the admin URL."""
+    import secrets
+
+    import psycopg
+    from psycopg import sql
+
+    from tests import _pg
+    from tests.conftest import migrate
+
+    name = f"conveyor_down_{secrets.token_hex(4)}"
+    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    url = _pg.with_database(postgres_admin_url, name)
+    try:
+        migrate(url)
+        yield url, name
+    finally:
+        with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+
+def _cut_off(admin_url: str, name: str, allow: bool) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+            sql.Identifier(name), sql.SQL("true" if allow else "false")))
+        if not allow:
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                         "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+
+
+@pytest.mark.postgres
+def test_postgres_going_away_mid_run_gives_fast_503s_then_recovers(
+        own_postgres: tuple[str, str], postgres_admin_url: str, wait_for: WaitFor) -> None:
+    url, name = own_postgres
+    app = Conveyor(url)
+    try:
+        for b in browser_for(app):
+            assert b.get("/workers").status_code == 200
+            assert _database_up(b.get("/metrics").text) == 1
+            _cut_off(postgres_admin_url, name, allow=False)
+            try:
+                _assert_down_everywhere(b)
+            finally:
+                _cut_off(postgres_admin_url, name, allow=True)
+            wait_for(lambda: b.get("/workers").status_code == 200, timeout=30,
+                     message="the dashboard did not recover")
+            assert _database_up(b.get("/metrics").text) == 1
+    finally:
+        app.close()

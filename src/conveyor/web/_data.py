@@ -18,7 +18,7 @@ from .._storage import (
     StateCount,
 )
 from ._redact import Redactor
-from ._series import Series, build_series, exposition, hour_window, per_queue
+from ._series import Series, build_series, exposition, exposition_down, hour_window, per_queue
 
 if TYPE_CHECKING:
     from .._operations import Operations
@@ -261,3 +261,8 @@ async def prometheus(ops: Operations) -> str:
     names |= {q for n in alive for q in n.queues}
     return exposition(await ops.metric_totals(), counts, sorted(names), len(alive),
                       __version__)
+
+
+def prometheus_down() -> str:
+    """``/metrics`` while the database cannot be used: ``conveyor_database_up 0``."""
+    return exposition_down(__version__)

@@ -422,3 +422,43 @@ def test_postgres_going_away_mid_run_gives_fast_503s_then_recovers(
             assert _database_up(b.get("/metrics").text) == 1
     finally:
         app.close()
+
+
+# -- "0/min" beside a thousand completed jobs ----------------------------------------------------
+
+
+def test_overview_says_why_per_minute_figures_are_missing(browser: Browser,
+                                                          world: Conveyor) -> None:
+    """The seeded world ran its jobs with metrics_retention=0: no rollup exists."""
+    completed = world.count_jobs()["completed"]
+    assert completed > 20
+    page = browser.get("/").text
+    assert "no worker has reported metrics yet" in page
+    assert f"{completed:,} completed" in page
+    assert '<span class="value">0</span>' not in page.split('class="summary"', 1)[1].split(
+        "</section>", 1)[0]
+
+
+def test_status_says_what_is_known_instead_of_zero_per_minute(world: Conveyor) -> None:
+    import json
+
+    completed = world.count_jobs()["completed"]
+    result = CliRunner().invoke(cli, ["status", "--url", world.url], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "0/min" not in result.output
+    assert "no worker has reported metrics yet" in result.output
+    assert f"{completed:,} completed" in result.output
+    doc = json.loads(CliRunner().invoke(cli, ["status", "--json", "--url", world.url]).output)
+    assert doc["last_hour"]["per_minute"] is None
+    assert "no worker has reported metrics" in doc["last_hour"]["missing"]
+
+
+def test_known_figures_are_shown_once_metrics_exist(world: Conveyor) -> None:
+    from ._seed import seed_history
+
+    seed_history(world, minutes=10)
+    for b in browser_for(world):
+        page = b.get("/").text
+        assert "no worker has reported metrics yet" not in page and "jobs / minute" in page
+    result = CliRunner().invoke(cli, ["status", "--url", world.url], env={"COLUMNS": "200"})
+    assert "/min" in result.output and "no worker has reported" not in result.output

@@ -3,11 +3,11 @@ password length and the delay after a failed login, a port already in use."""
 
 from __future__ import annotations
 
+import functools
 import socket
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,11 +16,7 @@ from click.testing import CliRunner
 
 from conveyor import Conveyor
 from conveyor.cli import cli
-from conveyor.web import BasicAuth, TokenAuth, create_app
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    from starlette.testclient import TestClient
+from conveyor.web import BasicAuth, TokenAuth
 
 from ..conftest import WaitFor
 from .conftest import Browser, browser_for
@@ -391,6 +387,10 @@ def own_postgres(postgres_admin_url: str) -> Iterator[tuple[str, str]]:
                 sql.Identifier(name)))
 
 
+def _page_ok(b: Browser, path: str) -> bool:
+    return bool(b.get(path).status_code == 200)
+
+
 def _cut_off(admin_url: str, name: str, allow: bool) -> None:
     import psycopg
     from psycopg import sql
@@ -417,7 +417,7 @@ def test_postgres_going_away_mid_run_gives_fast_503s_then_recovers(
                 _assert_down_everywhere(b)
             finally:
                 _cut_off(postgres_admin_url, name, allow=True)
-            wait_for(lambda: b.get("/workers").status_code == 200, timeout=30,
+            wait_for(functools.partial(_page_ok, b, "/workers"), timeout=30,
                      message="the dashboard did not recover")
             assert _database_up(b.get("/metrics").text) == 1
     finally:

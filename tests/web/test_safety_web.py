@@ -462,3 +462,12 @@ def test_known_figures_are_shown_once_metrics_exist(world: Conveyor) -> None:
         assert "no worker has reported metrics yet" not in page and "jobs / minute" in page
     result = CliRunner().invoke(cli, ["status", "--url", world.url], env={"COLUMNS": "200"})
     assert "/min" in result.output and "no worker has reported" not in result.output
+
+
+def test_security_doc_states_the_threat_model_and_every_setting() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    for needle in ("Threat model", "127.0.0.1", "TokenAuth", "BasicAuth", "16 characters",
+                   "read_only", "CSRF", "Origin", "allowed_hosts", "--allowed-host",
+                   "CONVEYOR_DASHBOARD_ALLOWED_HOSTS", "trusted_origins", "reverse proxy",
+                   "Content-Security-Policy", "redact", "421", "auth_failure_delay"):
+        assert needle in text, needle

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ._errors import JobNotFoundError
-from ._job import Job
+from ._job import DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
 from ._storage import (
     DbHealth,
     DbHealthParams,
@@ -45,6 +45,34 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from ._app import Conveyor
+
+
+#: What a bulk action changes when its filter names no state: failed jobs (and for a
+#: retry, discarded and cancelled ones). Never completed jobs unless named: re-running
+#: them would re-send every email and re-charge every card.
+BULK_DEFAULT_STATES: dict[str, tuple[JobState, ...]] = {
+    "retry": (JobState.RETRYABLE, JobState.DISCARDED, JobState.CANCELLED),
+    "discard": (JobState.RETRYABLE,),
+}
+#: The states each bulk action may change at all, when named in the filter.
+BULK_ALLOWED_STATES: dict[str, tuple[JobState, ...]] = {
+    "retry": RETRYABLE_FROM, "discard": DISCARDABLE_FROM,
+}
+
+
+def bulk_states(action: str, named: tuple[JobState, ...]) -> tuple[JobState, ...]:
+    """The states a bulk ``action`` ("retry" or "discard") changes for a filter naming
+    ``named`` (empty: none named): the defaults, or the named ones it may change (maybe
+    none at all)."""
+    if not named:
+        return BULK_DEFAULT_STATES[action]
+    return tuple(s for s in named if s in BULK_ALLOWED_STATES[action])
+
+
+def bulk_filter(action: str, flt: JobFilter) -> JobFilter | None:
+    """``flt`` narrowed to the states ``action`` changes; None when it changes nothing."""
+    states = bulk_states(action, flt.states)
+    return dataclasses.replace(flt, states=states) if states else None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -183,12 +211,25 @@ class Operations:
     # -- many jobs ----------------------------------------------------------------------------
 
     async def retry_matching(self, flt: JobFilter, limit: int) -> int:
-        """Retry every job matching ``flt``, at most ``limit``; how many were retried."""
-        return await self._matching("retry", flt, limit)
+        """Retry every job matching ``flt``, at most ``limit``; how many were retried.
+        Only the states of ``bulk_states("retry", flt.states)``: without a state in
+        the filter, failed, discarded and cancelled jobs, never completed ones."""
+        narrowed = bulk_filter("retry", flt)
+        return await self._matching("retry", narrowed, limit) if narrowed else 0
 
     async def discard_matching(self, flt: JobFilter, limit: int) -> int:
-        """Discard every waiting job matching ``flt``, at most ``limit``."""
-        return await self._matching("discard", flt, limit)
+        """Discard every waiting job matching ``flt``, at most ``limit``: without a
+        state in the filter, only retryable (failed) ones."""
+        narrowed = bulk_filter("discard", flt)
+        return await self._matching("discard", narrowed, limit) if narrowed else 0
+
+    async def count_bulk(self, action: str, flt: JobFilter,
+                         cap: int) -> list[tuple[JobState, int]]:
+        """What a bulk ``action`` on ``flt`` would change: each of its states and how
+        many jobs match in it (each count stops at ``cap``)."""
+        return [(state, await self.count_matching(dataclasses.replace(flt, states=(state,)),
+                                                  cap))
+                for state in bulk_states(action, flt.states)]
 
     async def _matching(self, action: str, flt: JobFilter, limit: int) -> int:
         storage = await self.app.storage_for(self.source)
@@ -204,4 +245,5 @@ class Operations:
         return await self.app.trigger_schedule_as(name, self.source)
 
 
-__all__ = ["JobAction", "Operations"]
+__all__ = ["BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "JobAction", "Operations",
+           "bulk_filter", "bulk_states"]

@@ -20,7 +20,7 @@ from conveyor.web import create_app
 
 from ._seed import make_app, seed_jobs
 
-BASE = "http://testserver"
+BASE = "http://localhost"
 TOKEN = re.compile(r'name="csrf_token" (?:value|content)="([0-9a-f]{64})"')
 
 

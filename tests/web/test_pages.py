@@ -142,7 +142,7 @@ def test_mounted_under_a_prefix(world: Conveyor) -> None:
         from starlette.testclient import TestClient
 
     outer = Starlette(routes=[Mount("/ops/jobs", create_app(world))])
-    with TestClient(outer, base_url="http://testserver") as client:
+    with TestClient(outer, base_url="http://localhost") as client:
         b = Browser(client)
         first = b.get("/ops/jobs/queues")
         assert "Path=/ops/jobs;" in first.headers["set-cookie"]

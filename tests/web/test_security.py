@@ -36,7 +36,7 @@ def basic(user: str, password: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("headers", [
     {"sec-fetch-site": "cross-site", "origin": "https://evil.example"},
-    {"sec-fetch-site": "same-site", "origin": "http://sub.testserver"},
+    {"sec-fetch-site": "same-site", "origin": "http://sub.localhost"},
     {"sec-fetch-site": "cross-site"},  # no Origin: Sec-Fetch-Site alone decides
     {"origin": "https://evil.example", "sec-fetch-site": ""},
     {"origin": "null"},
@@ -68,15 +68,15 @@ def test_posts_need_a_valid_csrf_token(browser: Browser, world: Conveyor) -> Non
 
 
 def test_auth_is_required_when_configured(world: Conveyor) -> None:
-    for b in browser_for(world, auth=BasicAuth("ops", "s3cret-pass")):
+    for b in browser_for(world, auth=BasicAuth("ops", "s3cret-pass-long-enough")):
         denied = b.get("/")
         assert denied.status_code == 401 and "Basic" in denied.headers["www-authenticate"]
         assert b.get("/jobs", headers=basic("ops", "wrong")).status_code == 401
-        assert b.get("/jobs", headers=basic("other", "s3cret-pass")).status_code == 401
+        assert b.get("/jobs", headers=basic("other", "s3cret-pass-long-enough")).status_code == 401
         assert b.get("/metrics").status_code == 401
         assert b.client.post("/queues/mail/pause", headers={"origin": BASE}).status_code == 401
         assert b.get("/healthz").status_code == 200  # load balancers probe it anonymously
-        b.client.headers.update(basic("ops", "s3cret-pass"))
+        b.client.headers.update(basic("ops", "s3cret-pass-long-enough"))
         assert b.get("/").status_code == 200
         assert b.post("/queues/mail/pause").status_code == 303
     token = "t" * 24
@@ -91,8 +91,9 @@ def test_auth_from_environment() -> None:
     assert auth_from_env({}) is None
     token = auth_from_env({"CONVEYOR_DASHBOARD_TOKEN": "a" * 20})
     assert isinstance(token, TokenAuth)
-    user = auth_from_env({"CONVEYOR_DASHBOARD_USER": "u", "CONVEYOR_DASHBOARD_PASSWORD": "p"})
-    assert user == BasicAuth("u", "p")
+    user = auth_from_env({"CONVEYOR_DASHBOARD_USER": "u",
+                          "CONVEYOR_DASHBOARD_PASSWORD": "p" * 16})
+    assert user == BasicAuth("u", "p" * 16)
     with pytest.raises(ValueError, match="both"):
         auth_from_env({"CONVEYOR_DASHBOARD_USER": "u"})
     with pytest.raises(ValueError, match="16"):

@@ -65,16 +65,27 @@ async def _status(app: Conveyor) -> tuple[_data.Overview, list[_data.NodeView]]:
     return await _data.overview(ops), await _data.workers(ops)
 
 
+def _hour(view: _data.Overview) -> Text:
+    """The last hour's figures, or what is known instead and why the rest is not."""
+    s = view.series
+    hour = Text("Last hour  ", style="bold")
+    if view.metrics_missing is not None:
+        known = ", ".join(f"{count(*pair)} {name}" for name, pair in view.finished.items())
+        hour.append(f"unknown: {view.metrics_missing}. ", style="yellow")
+        hour.append(f"All time, from the job table: {known}.")
+        return hour
+    hour.append(f"completed {number(s.hour_completed)} · failed {number(s.hour_failed)} "
+                f"({percent(s.hour_failure_rate)}) · {number(s.per_minute)}/min · latency "
+                f"p50 {seconds(s.hour_p50)} p95 {seconds(s.hour_p95)}")
+    return hour
+
+
 def _tables(view: _data.Overview, nodes: list[_data.NodeView]) -> Group:
     states = Text("Jobs  ", style="bold")
     for name, pair in view.states.items():
         states.append(f"{name} ", style=STATE_STYLES.get(name, ""))
         states.append(f"{count(*pair)}   ", style="bold")
-    s = view.series
-    hour = Text("Last hour  ", style="bold")
-    hour.append(f"completed {number(s.hour_completed)} · failed {number(s.hour_failed)} "
-                f"({percent(s.hour_failure_rate)}) · {number(s.per_minute)}/min · latency "
-                f"p50 {seconds(s.hour_p50)} p95 {seconds(s.hour_p95)}")
+    hour = _hour(view)
     queues = Table(box=box.SIMPLE_HEAVY, title="Queues", title_justify="left")
     for header in ("queue", "", "avail", "sched", "retry", "run", "1h ok/fail", "limit"):
         queues.add_column(header, justify="left" if header in ("queue", "") else "right")
@@ -108,11 +119,14 @@ def status(app_path: str | None, url: str | None, as_json: bool) -> None:
     view, nodes = run_async(app, lambda: _status(app))
     if as_json:
         s = view.series
+        known = view.metrics_missing is None
         print_json({
             "states": {k: {"count": n, "capped": c} for k, (n, c) in view.states.items()},
-            "last_hour": {"completed": s.hour_completed, "failed": s.hour_failed,
+            "last_hour": {"completed": s.hour_completed if known else None,
+                          "failed": s.hour_failed if known else None,
+                          "per_minute": s.per_minute if known else None,
                           "failure_rate": s.hour_failure_rate, "latency_p50": s.hour_p50,
-                          "latency_p95": s.hour_p95},
+                          "latency_p95": s.hour_p95, "missing": view.metrics_missing},
             "queues": [{"name": q.name, "paused": q.paused, "counts": q.counts,
                         "concurrency": q.concurrency} for q in view.queues],
             "workers": [{"id": n.id, "hostname": n.hostname, "alive": n.alive,

@@ -20,6 +20,7 @@ or let your own users decide, with an access hook::
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ._redact import Redactor, redact_secrets, show_everything
@@ -30,9 +31,11 @@ from ._settings import (
     Role,
     Settings,
     TokenAuth,
+    allowed_hosts_from_env,
     auth_from_env,
     is_loopback,
     secret_from_env,
+    trusted_origins_from_env,
 )
 
 if TYPE_CHECKING:
@@ -53,6 +56,10 @@ def create_app(
     count_cap: int = 10_000,
     secret: bytes | None = None,
     title: str = "Conveyor",
+    allowed_hosts: Iterable[str] | None = None,
+    trusted_origins: Iterable[str] | None = None,
+    timeout: float = 2.5,
+    auth_failure_delay: float = 0.5,
 ) -> Starlette:
     """The dashboard of ``app`` as an ASGI app (Starlette).
 
@@ -63,6 +70,16 @@ def create_app(
     ``bulk_cap``: most jobs one bulk action changes; ``count_cap``: where counts of
     matching jobs stop ("10,000+"), so a filter never counts a whole table. ``secret``: signs CSRF tokens
     (give the same one to every replica behind a load balancer).
+    ``allowed_hosts``: the ``Host`` names served besides localhost, 127.0.0.1 and
+    [::1] (any port; ``"*.example.com"`` for subdomains, ``"*"`` for any): other Hosts
+    get 421, against DNS rebinding. Default: ``CONVEYOR_DASHBOARD_ALLOWED_HOSTS``
+    (comma-separated), else none. ``trusted_origins``: origins such as
+    ``"https://ops.example.com"`` whose actions are accepted although the Host the
+    dashboard sees differs (a reverse proxy rewriting it); default
+    ``CONVEYOR_DASHBOARD_TRUSTED_ORIGINS``. ``timeout``: seconds a request may wait on
+    the database before it gets a "database unreachable" page (503).
+    ``auth_failure_delay``: seconds a wrong password waits before its 401.
+    See docs/security.md.
 
     Example: ``uvicorn.run(create_app(app, read_only=True), host="127.0.0.1")``
     """
@@ -70,7 +87,12 @@ def create_app(
 
     settings = Settings(auth=auth, read_only=read_only, access=access, redact=redact,
                         poll_interval=poll_interval, bulk_cap=bulk_cap, count_cap=count_cap,
-                        title=title)
+                        title=title,
+                        allowed_hosts=tuple(allowed_hosts_from_env() if allowed_hosts is None
+                                            else allowed_hosts),
+                        trusted_origins=tuple(trusted_origins_from_env() if trusted_origins is None
+                                              else trusted_origins),
+                        timeout=timeout, auth_failure_delay=auth_failure_delay)
     if secret:
         settings = dataclasses.replace(settings, secret=secret)
     return build(app, settings)
@@ -83,10 +105,12 @@ __all__ = [
     "Redactor",
     "Role",
     "TokenAuth",
+    "allowed_hosts_from_env",
     "auth_from_env",
     "create_app",
     "is_loopback",
     "redact_secrets",
     "secret_from_env",
     "show_everything",
+    "trusted_origins_from_env",
 ]

@@ -3,6 +3,7 @@ operator API and the page helpers (render, flash redirects, audit log)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -13,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from .._errors import DatabaseUnavailableError, SchemaError
 from .._operations import Operations
 from ._format import FILTERS
 from ._security import csrf_token
@@ -51,6 +53,15 @@ def environment() -> jinja2.Environment:
 
 #: A route handler: a plain function of the context and the request.
 Handler = Callable[["Context", Request], Awaitable[Response]]
+#: What a route answers when the database cannot be used (``reason`` is one line).
+Fallback = Callable[["Context", Request, str], Response]
+
+
+def unreachable_page(ctx: Context, request: Request, reason: str) -> Response:
+    """The 503 page every page shows while the database cannot be used."""
+    return ctx.render(request, "error.html", "", status=503, status_code=503,
+                      detail=f"The database is unreachable: {reason}", live=False,
+                      headers={"retry-after": "5"})
 
 
 class Context:
@@ -62,11 +73,24 @@ class Context:
         self.settings = settings
         self.templates = Jinja2Templates(env=environment())
 
-    def bind(self, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        """``handler`` as a Starlette endpoint of this dashboard."""
+    def bind(self, handler: Handler,
+             fallback: Fallback = unreachable_page) -> Callable[[Request], Awaitable[Response]]:
+        """``handler`` as a Starlette endpoint of this dashboard: it has
+        ``settings.timeout`` seconds, and when the database is down or late the request
+        gets ``fallback`` (a 503 page) at once instead of an error or a hang."""
+        limit = self.settings.timeout
 
         async def endpoint(request: Request) -> Response:
-            return await handler(self, request)
+            try:
+                async with asyncio.timeout(limit):
+                    return await handler(self, request)
+            except TimeoutError:
+                reason = f"it did not answer within {limit:g} s"
+            except (DatabaseUnavailableError, SchemaError) as exc:
+                reason = " ".join(str(exc).split())[:300]
+            log.warning("dashboard %s %s: database unreachable: %s", request.method,
+                        request.url.path, reason)
+            return fallback(self, request, reason)
 
         endpoint.__name__ = handler.__name__
         return endpoint
@@ -77,7 +101,7 @@ class Context:
         return root + path
 
     def render(self, request: Request, template: str, nav: str, status: int = 200,
-               **context: Any) -> Response:
+               headers: dict[str, str] | None = None, **context: Any) -> Response:
         """A page, or with ``X-Conveyor-Live: 1`` only its live part (for refreshes)."""
         fragment = request.headers.get("x-conveyor-live") == "1"
         flash = None if fragment else self._flash(request)
@@ -91,7 +115,8 @@ class Context:
             "title": self.settings.title, "poll": self.settings.poll_interval,
             "version": _version(), **context,
         }
-        response = self.templates.TemplateResponse(request, template, ctx, status_code=status)
+        response = self.templates.TemplateResponse(request, template, ctx, status_code=status,
+                                                   headers=headers)
         if flash is not None:
             response.delete_cookie(FLASH_COOKIE, path=request.scope.get("root_path") or "/")
         return response

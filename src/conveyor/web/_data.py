@@ -18,7 +18,7 @@ from .._storage import (
     StateCount,
 )
 from ._redact import Redactor
-from ._series import Series, build_series, exposition, hour_window, per_queue
+from ._series import Series, build_series, exposition, exposition_down, hour_window, per_queue
 
 if TYPE_CHECKING:
     from .._operations import Operations
@@ -62,6 +62,11 @@ class QueueView:
     hour_failed: float
 
 
+#: Why the per-minute figures are missing when no metric was ever recorded.
+NO_METRICS = ("no worker has reported metrics yet (workers started with "
+              "metrics_retention 0 never do)")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Overview:
     #: state -> (count, capped): waiting and running states exact, final ones capped.
@@ -69,6 +74,13 @@ class Overview:
     series: Series
     queues: list[QueueView]
     workers_alive: int
+    #: Why the last hour's figures are unknown (None: they are known, zeros included).
+    metrics_missing: str | None = None
+
+    @property
+    def finished(self) -> dict[str, tuple[int, bool]]:
+        """What the job table knows when the rollups do not: jobs per final state."""
+        return {s: self.states[s] for s in ("completed", "discarded", "cancelled")}
 
 
 async def state_counts(ops: Operations) -> list[StateCount]:
@@ -115,7 +127,8 @@ async def overview(ops: Operations) -> Overview:
     series = build_series(await ops.metric_series(minutes[0]),
                           await ops.depth_series(minutes[0]), minutes)
     alive = len(await ops.alive_nodes())
-    return Overview(totals(counts), series, await queues(ops, counts), alive)
+    missing = None if await ops.metric_totals() else NO_METRICS
+    return Overview(totals(counts), series, await queues(ops, counts), alive, missing)
 
 
 # -- jobs ------------------------------------------------------------------------------------
@@ -326,3 +339,8 @@ async def prometheus(ops: Operations) -> str:
     names |= {q for n in alive for q in n.queues}
     return exposition(await ops.metric_totals(), counts, sorted(names), len(alive),
                       __version__)
+
+
+def prometheus_down() -> str:
+    """``/metrics`` while the database cannot be used: ``conveyor_database_up 0``."""
+    return exposition_down(__version__)

@@ -9,6 +9,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .._errors import ConveyorError
+from .._operations import bulk_filter
 from . import _data
 from ._context import Context, safe_path
 from ._query import JobQuery
@@ -32,10 +33,14 @@ async def bulk(ctx: Context, request: Request) -> Response:
     query = JobQuery.parse(request.query_params)
     cap = ctx.settings.bulk_cap
     flt = await _data.bounded(ctx.ops, query.to_filter())
-    matching = await ctx.ops.count_matching(flt, cap + 1)
-    sample = await ctx.ops.search_jobs(flt, 10)
+    per_state = await ctx.ops.count_bulk(action, flt, cap + 1)
+    matching = sum(n for _, n in per_state)
+    narrowed = bulk_filter(action, flt)
+    sample = await ctx.ops.search_jobs(narrowed, 10) if narrowed else []
     return ctx.render(request, "confirm.html", "/failures", action=action, query=query,
                       count=min(matching, cap), over=matching > cap, cap=cap,
+                      per_state=[(s.value, n) for s, n in per_state],
+                      named=[s.value for s in flt.states],
                       sample=[ctx.settings.redact(j) for j in sample], live=False,
                       back=safe_path(request.query_params.get("back", "/failures")))
 

@@ -11,6 +11,8 @@ from ._charts import Line, bars, lines
 from ._context import Context
 from ._format import percent, seconds
 
+PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
+
 
 async def overview(ctx: Context, request: Request) -> Response:
     view = await _data.overview(ctx.ops)
@@ -32,7 +34,7 @@ async def overview(ctx: Context, request: Request) -> Response:
 
 async def healthz(ctx: Context, request: Request) -> Response:
     """200 when the database answers and its schema is current, else 503."""
-    health = await _data.health(ctx.ops)
+    health = await _data.health(ctx.ops, ctx.settings.timeout)
     if health.ok:
         body = {"status": "ok", "database": "ok", "schema": health.version}
     elif not health.reachable:
@@ -43,11 +45,19 @@ async def healthz(ctx: Context, request: Request) -> Response:
     return JSONResponse(body, status_code=200 if health.ok else 503)
 
 
+def unhealthy(ctx: Context, request: Request, reason: str) -> Response:
+    return JSONResponse({"status": "unhealthy", "database": "unreachable"}, status_code=503)
+
+
 async def metrics(ctx: Context, request: Request) -> Response:
-    return PlainTextResponse(await _data.prometheus(ctx.ops),
-                             media_type="text/plain; version=0.0.4; charset=utf-8")
+    return PlainTextResponse(await _data.prometheus(ctx.ops), media_type=PROMETHEUS)
+
+
+def metrics_down(ctx: Context, request: Request, reason: str) -> Response:
+    """Scrapers get an answer, not a hang: the database is down, as a gauge."""
+    return PlainTextResponse(_data.prometheus_down(), media_type=PROMETHEUS)
 
 
 def routes(ctx: Context) -> list[Route]:
-    return [Route("/", ctx.bind(overview)), Route("/healthz", ctx.bind(healthz)),
-            Route("/metrics", ctx.bind(metrics))]
+    return [Route("/", ctx.bind(overview)), Route("/healthz", ctx.bind(healthz, unhealthy)),
+            Route("/metrics", ctx.bind(metrics, metrics_down))]

@@ -72,9 +72,15 @@ class JobQuery:
         return ", ".join(parts) or "all jobs"
 
 
+#: The largest id or count a database column holds (a signed 64-bit integer).
+MAX_INT = 2**63 - 1
+
+
 def positive_int(value: str | None, default: int | None = None) -> int | None:
-    try:
-        number = int(value or "")
-    except ValueError:
+    """A whole number from 1 to ``MAX_INT``, else ``default`` (never an OverflowError:
+    ``99999999999999999999`` is as invalid as ``abc``)."""
+    text = (value or "").strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
         return default
-    return number if number > 0 else default
+    number = int(text)
+    return number if 0 < number <= MAX_INT else default

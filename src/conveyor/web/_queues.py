@@ -12,6 +12,9 @@ from ._context import Context
 from ._query import positive_int
 from ._security import action_form, form_text
 
+#: The most a queue's concurrency form accepts (as its input's ``max`` says).
+MAX_CONCURRENCY = 100_000
+
 
 async def queues(ctx: Context, request: Request) -> Response:
     return ctx.render(request, "queues.html", "/queues", queues=await _data.queues(ctx.ops))
@@ -30,9 +33,10 @@ async def queue_action(ctx: Context, request: Request) -> Response:
         elif action == "concurrency":
             raw = form_text(form, "concurrency")
             limit = positive_int(raw) if raw else None
-            if raw and limit is None:
+            if raw and (limit is None or limit > MAX_CONCURRENCY):
                 return ctx.redirect(request, "/queues", "error",
-                                    "Concurrency must be a whole number of at least 1.")
+                                    f"Concurrency must be a whole number from 1 to "
+                                    f"{MAX_CONCURRENCY:,}.")
             await app.set_queue_concurrency_async(
                 name, limit, per_node=form_text(form, "scope") == "per_node")
         else:

@@ -8,6 +8,7 @@ cookie, and a cross-site page can read neither.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import inspect
@@ -20,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ._settings import Role, Settings
+from ._settings import Role, Settings, normal_origin
 
 CSRF_COOKIE = "conveyor_csrf"
 CSRF_FIELD = "csrf_token"
@@ -73,6 +74,15 @@ class Guard:
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)
+        host = request.headers.get("host", "")
+        if not self.settings.host_allowed(host):
+            # DNS rebinding: a foreign site's name pointed at this address. Every route,
+            # /healthz and /metrics included, answers nothing but this line.
+            await PlainTextResponse(
+                f"Host {host[:100]!r} is not served here: add it to the dashboard's allowed "
+                "hosts (--allowed-host, CONVEYOR_DASHBOARD_ALLOWED_HOSTS)\n", 421)(
+                scope, receive, self._decorate(scope, send, None))
+            return
         nonce = request.cookies.get(CSRF_COOKIE, "")
         fresh = len(nonce) != 64 or not all(c in "0123456789abcdef" for c in nonce)
         if fresh:
@@ -83,8 +93,10 @@ class Guard:
         send = self._decorate(scope, send, nonce if fresh else None)
         if route_path(scope) not in PUBLIC:
             settings = self.settings
-            if settings.auth is not None and not settings.auth.check(
-                    request.headers.get("authorization")):
+            given = request.headers.get("authorization")
+            if settings.auth is not None and not settings.auth.check(given):
+                if given and settings.auth_failure_delay > 0:
+                    await asyncio.sleep(settings.auth_failure_delay)  # slows guessing
                 await PlainTextResponse("authentication required", 401, headers={
                     "www-authenticate": 'Basic realm="Conveyor", charset="UTF-8"'})(
                     scope, receive, send)
@@ -114,14 +126,17 @@ class Guard:
         return wrapped
 
 
-def same_origin(request: Request) -> bool:
-    """Browsers say where a request comes from; anything but our own origin is refused."""
+def same_origin(request: Request, trusted: tuple[str, ...] = ()) -> bool:
+    """Browsers say where a request comes from; anything but our own origin (or one of
+    the ``trusted`` origins, e.g. a reverse proxy's public address) is refused."""
     site = request.headers.get("sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
         return False
     origin = request.headers.get("origin")
     if origin is None:
         return True  # old browsers and non-browser clients: the CSRF token decides
+    if origin != "null" and normal_origin(origin) in {normal_origin(t) for t in trusted}:
+        return True
     host = request.headers.get("host", "")
     return origin != "null" and urlsplit(origin).netloc.lower() == host.lower()
 
@@ -150,7 +165,7 @@ async def action_form(request: Request, settings: Settings) -> dict[str, str]:
         raise HTTPException(403, "the dashboard is read-only")
     if request.state.role != "write":
         raise HTTPException(403, "your access is read-only")
-    if not same_origin(request):
+    if not same_origin(request, settings.trusted_origins):
         raise HTTPException(403, "cross-site request refused")
     form = await read_form(request)
     token = form.get(CSRF_FIELD)

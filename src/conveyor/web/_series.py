@@ -174,6 +174,20 @@ def exposition(totals: Iterable[MetricTotal], counts: Iterable[StateCount], queu
               for (q, s), n in sorted(depth.items())]
     lines += _family("conveyor_workers", "gauge", "Worker nodes with a recent heartbeat.")
     lines.append(f"conveyor_workers {workers_alive}")
-    lines += _family("conveyor_build_info", "gauge", "The Conveyor version serving /metrics.")
-    lines.append(f"conveyor_build_info{_labels(version=version)} 1")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _database_up(1) + _build_info(version)) + "\n"
+
+
+def exposition_down(version: str) -> str:
+    """``/metrics`` while the database cannot be used: only what is known."""
+    return "\n".join(_database_up(0) + _build_info(version)) + "\n"
+
+
+def _database_up(up: int) -> list[str]:
+    return [*_family("conveyor_database_up", "gauge",
+                     "1 when the dashboard reached the database for this scrape, else 0."),
+            f"conveyor_database_up {up}"]
+
+
+def _build_info(version: str) -> list[str]:
+    return [*_family("conveyor_build_info", "gauge", "The Conveyor version serving /metrics."),
+            f"conveyor_build_info{_labels(version=version)} 1"]

@@ -27,6 +27,12 @@ ENV_USER = "CONVEYOR_DASHBOARD_USER"
 ENV_PASSWORD = "CONVEYOR_DASHBOARD_PASSWORD"
 ENV_TOKEN = "CONVEYOR_DASHBOARD_TOKEN"
 ENV_SECRET = "CONVEYOR_DASHBOARD_SECRET"
+ENV_ALLOWED_HOSTS = "CONVEYOR_DASHBOARD_ALLOWED_HOSTS"
+ENV_TRUSTED_ORIGINS = "CONVEYOR_DASHBOARD_TRUSTED_ORIGINS"
+#: Shortest password or token accepted (both guard the same dashboard).
+MIN_SECRET = 16
+#: ``Host`` names always accepted: a DNS-rebinding page can never make a browser send them.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 class Auth(Protocol):
@@ -60,6 +66,8 @@ class BasicAuth:
     def __post_init__(self) -> None:
         if not self.username or not self.password:
             raise ValueError("BasicAuth needs a non-empty username and password")
+        if len(self.password) < MIN_SECRET:
+            raise ValueError(f"a dashboard password must be at least {MIN_SECRET} characters")
 
     def check(self, header: str | None) -> bool:
         given = _basic(header)
@@ -77,8 +85,8 @@ class TokenAuth:
     token: str
 
     def __post_init__(self) -> None:
-        if len(self.token) < 16:
-            raise ValueError("a dashboard token must be at least 16 characters")
+        if len(self.token) < MIN_SECRET:
+            raise ValueError(f"a dashboard token must be at least {MIN_SECRET} characters")
 
     def check(self, header: str | None) -> bool:
         if header and header[:7].lower() == "bearer ":
@@ -128,12 +136,68 @@ class Settings:
     #: Signs CSRF tokens; random per process unless given (several replicas need one).
     secret: bytes = dataclasses.field(default_factory=lambda: secrets.token_bytes(32))
     title: str = "Conveyor"
+    #: ``Host`` names served besides the loopback ones (``"*"``: any, ``"*.example.com"``:
+    #: its subdomains); any other Host is refused, against DNS rebinding.
+    allowed_hosts: tuple[str, ...] = ()
+    #: Origins (``https://ops.example.com``) whose actions are accepted even though the
+    #: ``Host`` the dashboard sees differs (a reverse proxy that rewrites it).
+    trusted_origins: tuple[str, ...] = ()
+    #: Seconds a request may spend on the database before it gets a 503 page.
+    timeout: float = 2.5
+    #: Seconds a failed authentication waits before its 401 (slows password guessing).
+    auth_failure_delay: float = 0.5
 
     def __post_init__(self) -> None:
         if not 1 <= self.bulk_cap <= 100_000:
             raise ValueError("bulk_cap must be from 1 to 100000")
         if self.poll_interval < 0:
             raise ValueError("poll_interval must be >= 0")
+        if self.timeout <= 0:
+            raise ValueError("timeout must be > 0")
+        for origin in self.trusted_origins:
+            if origin != normal_origin(origin):
+                raise ValueError(f"a trusted origin is scheme://host[:port], got {origin!r}")
+
+    def host_allowed(self, host_header: str) -> bool:
+        """Is ``host_header`` (``name[:port]``) one of the names this dashboard serves?"""
+        name = host_name(host_header)
+        if not name:
+            return False
+        for pattern in (*LOOPBACK_HOSTS, *self.allowed_hosts):
+            wanted = pattern.strip().lower()
+            if wanted == "*" or host_name(wanted) == name:
+                return True
+            if wanted.startswith("*.") and name.endswith(wanted[1:]):
+                return True
+        return False
+
+
+def host_name(host_header: str) -> str:
+    """The name of a ``Host`` header, without the port, lowercase (IPv6 unbracketed)."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") > 1:
+        return host  # a bare IPv6 address (not valid in Host, but harmless)
+    return host.partition(":")[0].rstrip(".")
+
+
+def normal_origin(origin: str) -> str:
+    """``scheme://host[:port]`` lowercase, without a trailing slash."""
+    return origin.strip().rstrip("/").lower()
+
+
+def split_names(value: str | None) -> tuple[str, ...]:
+    """A comma- or space-separated list from the environment or a flag."""
+    return tuple(n for n in (value or "").replace(",", " ").split() if n)
+
+
+def allowed_hosts_from_env() -> tuple[str, ...]:
+    return split_names(os.environ.get(ENV_ALLOWED_HOSTS))
+
+
+def trusted_origins_from_env() -> tuple[str, ...]:
+    return split_names(os.environ.get(ENV_TRUSTED_ORIGINS))
 
 
 def secret_from_env() -> bytes | None:

@@ -57,29 +57,59 @@ async def list_jobs(
 
 
 def call_text(job: Job, limit: int = 40) -> str:
-    """``"a@b.c", subject="hi"``: the job's arguments as a call, shortened."""
-    parts = [compact(a, limit) for a in job.args]
-    parts += [f"{k}={compact(v, limit)}" for k, v in job.kwargs.items()]
+    """``"a@b.c", subject="hi"``: the job's arguments as a call, shortened to ``limit``
+    (each argument to 40 characters at most)."""
+    each = min(limit, 40)
+    parts = [compact(a, each) for a in job.args]
+    parts += [f"{k}={compact(v, each)}" for k, v in job.kwargs.items()]
     return shorten(", ".join(parts), limit)
 
 
-def jobs_table(jobs: list[Job], *, wide: bool = True) -> Table:
-    """One line per job: identity columns never wrap, the args and error columns end
-    with an ellipsis where the terminal ends; narrow terminals get one of the two."""
+def _fixed_widths(jobs: list[Job], wide: bool) -> list[int]:
+    """Widths of the columns that never shrink: id, task, queue, state, attempt
+    (and scheduled, in a wide table)."""
+    columns = [
+        ("id", [str(job.id) for job in jobs]),
+        ("task", [safe(job.task) for job in jobs]),
+        ("queue", [safe(job.queue) for job in jobs]),
+        ("state", ["available"]),
+        ("attempt", [f"{job.attempt}/{job.max_attempts}" for job in jobs]),
+    ]
+    if wide:
+        columns.append(("scheduled", ["00-00 00:00:00"]))
+    return [max(len(head), *(len(v) for v in values)) for head, values in columns]
+
+
+def text_widths(jobs: list[Job], width: int, wide: bool) -> tuple[int, int]:
+    """What is left of ``width`` for the args and the error: each row stays one line."""
+    fixed = _fixed_widths(jobs, wide)
+    columns = len(fixed) + (2 if wide else 1)
+    free = width - sum(fixed) - 3 * (columns - 1) - 2  # 1 + 1 + 1 between, an edge each side
+    if not wide:
+        return max(free, 12), max(free, 12)
+    args = max(free * 2 // 5, 12)
+    return args, max(free - args, 12)
+
+
+def jobs_table(jobs: list[Job], *, wide: bool = True, width: int = 200) -> Table:
+    """One line per job, as wide as ``width``: the identity columns are whole, the
+    args and the last error end with an ellipsis where the terminal ends; narrow
+    terminals get one column for the args or the error."""
+    args_width, error_width = text_widths(jobs, width, wide)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("id", justify="right", style="bold", no_wrap=True)
     for name in ("task", "queue", "state"):
-        table.add_column(name, no_wrap=True, overflow="ellipsis")
+        table.add_column(name, no_wrap=True)
     table.add_column("attempt", justify="right", no_wrap=True)
     if wide:
         table.add_column("scheduled", no_wrap=True)
-        table.add_column("args", no_wrap=True, overflow="ellipsis", min_width=12)
-        table.add_column("last error", no_wrap=True, overflow="ellipsis", min_width=12)
+        table.add_column("args", no_wrap=True, overflow="ellipsis")
+        table.add_column("last error", no_wrap=True, overflow="ellipsis")
     else:
-        table.add_column("args / last error", no_wrap=True, overflow="ellipsis", min_width=12)
+        table.add_column("args / last error", no_wrap=True, overflow="ellipsis")
     for job in jobs:
-        error = Text(shorten(safe(last_error(job)), 80), style="red")
-        args = plain(call_text(job))
+        error = Text(shorten(safe(last_error(job)), error_width), style="red")
+        args = plain(call_text(job, args_width))
         extra = [when(job.scheduled_at, short=True), args, error] if wide else [
             error if job.errors else args]
         table.add_row(str(job.id), plain(job.task), plain(job.queue), state_text(job.state),
@@ -99,7 +129,7 @@ def show_jobs(jobs: list[Job], *, as_json: bool, single: bool = False,
     if not jobs:
         out.print("no jobs match", style="dim")
         return
-    out.print(jobs_table(jobs, wide=out.width >= 120))
+    out.print(jobs_table(jobs, wide=out.width >= 120, width=out.width))
     if not single and len(jobs) > 1:
         out.print(f"{len(jobs)} job(s), newest first", style="dim")
 

@@ -172,5 +172,5 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
     if processes > 1:
         sys.exit(supervise(child_argv(app_path, url, opts), processes))
     configure_logging(opts.log_level, opts.log_format)
-    run_async(app, lambda: app.run_worker(config=config))
+    run_async(app, lambda: app.run_worker(config.queues, config=config))
     exit_if_handlers_linger()

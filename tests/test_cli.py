@@ -27,7 +27,6 @@ from conveyor import Conveyor, JobState, WorkerConfig
 from conveyor._storage import load_migrations
 from conveyor.cli import EXIT_CODES, cli
 from conveyor.cli._logging import JsonFormatter, TextFormatter
-from conveyor.cli.demo import prepare_sqlite
 from conveyor.cli.worker import parse_queues
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -408,10 +407,12 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert time.monotonic() - started < 60
     assert "summary" in proc.stdout
     assert "throughput" in proc.stdout and "attempts used" in proc.stdout
-    assert "inspect with: conveyor jobs list --state discarded" in proc.stdout
-    assert (tmp_path / "conveyor.db").exists()
+    demo_url = "sqlite:///.conveyor-demo/conveyor-demo.db"
+    assert f"inspect with: conveyor jobs list --state discarded --url {demo_url}" in proc.stdout
+    assert (tmp_path / ".conveyor-demo" / "conveyor-demo.db").exists()
+    assert not (tmp_path / "conveyor.db").exists()
 
-    jobs = run_json(tmp_path, "jobs", "list", "--limit", "1000")
+    jobs = run_json(tmp_path, "jobs", "list", "--limit", "1000", "--url", demo_url)
     assert len(jobs) == 300
     assert {job["state"] for job in jobs} <= {"completed", "discarded"}
     discarded = [job for job in jobs if job["state"] == "discarded"]
@@ -419,37 +420,15 @@ def test_demo_end_to_end(tmp_path: Path) -> None:
     assert "ConnectionError" in discarded[0]["errors"][-1]["error"]
     assert discarded[0]["errors"][-1]["traceback"]
 
-    only = run_json(tmp_path, "jobs", "list", "--state", "discarded")
+    only = run_json(tmp_path, "jobs", "list", "--state", "discarded", "--url", demo_url)
     assert [job["id"] for job in only] == [discarded[0]["id"]]
-
-
-def test_demo_removes_only_conveyor_databases(tmp_path: Path) -> None:
-    assert prepare_sqlite(str(tmp_path / "absent.db")) is False
-
-    other = tmp_path / "other.db"
-    with closing(sqlite3.connect(other)) as conn:
-        conn.execute("CREATE TABLE precious (x)")
-    with pytest.raises(click.ClickException, match="not a Conveyor database"):
-        prepare_sqlite(str(other))
-    text = tmp_path / "notes.db"
-    text.write_text("not sqlite at all, but important")
-    with pytest.raises(click.ClickException):
-        prepare_sqlite(str(text))
-    assert other.exists() and text.exists()
-
-    ours = tmp_path / "ours.db"
-    with closing(Conveyor(f"sqlite:///{ours}")) as app:
-        app.migrate()
-    assert prepare_sqlite(str(ours)) is True
-    assert not ours.exists()
-    assert not Path(f"{ours}-wal").exists()
 
 
 def test_demo_refuses_a_foreign_file_with_exit_1(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "conveyor.db").write_text("someone else's file")
-    result = invoke("demo", "--jobs", "10")
+    (tmp_path / "notes.db").write_text("someone else's file")
+    result = invoke("demo", "--jobs", "10", "--url", "sqlite:///notes.db")
     assert result.exit_code == 1
-    assert "refusing" in result.stderr
-    assert (tmp_path / "conveyor.db").read_text() == "someone else's file"
+    assert "refusing" in result.stderr and "not a Conveyor database" in result.stderr
+    assert (tmp_path / "notes.db").read_text() == "someone else's file"

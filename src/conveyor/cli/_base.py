@@ -30,6 +30,12 @@ EXIT_DB_UNAVAILABLE = 3
 EXIT_SCHEMA = 4
 EXIT_INTERRUPTED = 130
 
+#: The largest id (and count) a database column holds: a bigger integer is a usage
+#: error, not an OverflowError from the driver.
+MAX_INT64 = 2**63 - 1
+#: A job id on the command line.
+JOB_ID = click.IntRange(1, MAX_INT64)
+
 #: The documented exit codes of every ``conveyor`` command.
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
@@ -52,6 +58,12 @@ class CliFailure(click.ClickException):
         super().__init__(" ".join(message.split()))  # one line, whatever the driver said
 
 
+class UsageFailure(CliFailure):
+    """A usage error in one line (click's UsageError also prints the usage)."""
+
+    exit_code = EXIT_USAGE
+
+
 class DatabaseUnavailableFailure(CliFailure):
     exit_code = EXIT_DB_UNAVAILABLE
 
@@ -69,6 +81,8 @@ def classify(exc: BaseException) -> CliFailure:
         return SchemaFailure(f"schema not ready: {exc}")
     if isinstance(exc, JobNotFoundError | InvalidStateError):
         return CliFailure(str(exc))
+    if isinstance(exc, OverflowError):  # an integer the database cannot hold
+        return UsageFailure(f"number out of range: {exc}")
     return CliFailure(f"{type(exc).__name__}: {exc}")
 
 

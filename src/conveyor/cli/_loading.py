@@ -1,8 +1,10 @@
 """Loading the app a command acts on: APP_PATH (``module:attribute``) and the URL
 precedence (--url, else the app's own URL, else $CONVEYOR_URL, else the default).
 
-Loading errors are click usage errors (exit 2); a malformed URL is reported as
-DatabaseUnavailableError, which the CLI maps to exit 3 like an unreachable database.
+Loading errors are click usage errors (exit 2); an exception raised while importing the
+user's module prints its traceback, cut to the user's own frames (not Conveyor's or
+importlib's), with the file, line and caret of a SyntaxError. A malformed URL is reported
+as DatabaseUnavailableError, which the CLI maps to exit 3 like an unreachable database.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any
 
 import click
@@ -18,6 +22,12 @@ from .._app import Conveyor
 from .._config import DEFAULT_URL, ConveyorConfig
 from .._errors import DatabaseUnavailableError, SchemaError
 from .._task import Task
+from ._base import UsageFailure
+from ._render import safe
+
+#: Frames of these files are Conveyor's or Python's import machinery, not the user's.
+_NOT_USERS = ("<frozen ", str(Path(__file__).resolve().parent.parent),
+              str(Path(importlib.__file__).resolve().parent))
 
 
 def check_url(url: str, config: ConveyorConfig | None = None) -> Conveyor:
@@ -42,17 +52,40 @@ def import_app(app_path: str, url: str | None = None) -> Conveyor:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        raise click.UsageError(f"cannot import APP_PATH {app_path!r}: {exc}") from None
+        if exc.name is None or module_name == exc.name or module_name.startswith(exc.name + "."):
+            raise click.UsageError(f"cannot import APP_PATH {app_path!r}: {exc}") from None
+        raise _import_failure(module_name, exc) from None  # an import inside their code
     except (DatabaseUnavailableError, SchemaError):
         raise
     except Exception as exc:
-        raise click.UsageError(
-            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from None
+        raise _import_failure(module_name, exc) from None
     finally:
         if url is not None:
             _restore_env("CONVEYOR_URL", saved)
     return _app_attribute(module, module_name, attr)
+
+
+def _user_frames(exc: BaseException) -> traceback.StackSummary:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(_NOT_USERS)]
+    return traceback.StackSummary.from_list(frames)
+
+
+def _import_failure(module_name: str, exc: BaseException) -> UsageFailure:
+    """Print the traceback of the user's code on stderr; the one-line error names the
+    file and line where it failed."""
+    frames = _user_frames(exc)
+    lines = ["Traceback (most recent call last):\n", *frames.format()] if frames else []
+    lines += traceback.format_exception_only(type(exc), exc)
+    click.echo(safe("".join(lines).rstrip(), multiline=True), err=True)
+    where = ""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        where = f" ({exc.filename}, line {exc.lineno})"
+    elif frames:
+        where = f" ({frames[-1].filename}, line {frames[-1].lineno})"
+    message = str(exc.msg) if isinstance(exc, SyntaxError) else str(exc)
+    return UsageFailure(
+        f"importing {module_name!r} failed: {type(exc).__name__}: {message}{where}")
 
 
 def _restore_env(name: str, value: str | None) -> None:

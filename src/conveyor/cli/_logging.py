@@ -1,4 +1,8 @@
-"""The worker's log formats: text (with the job's fields) or one JSON object per line."""
+"""The worker's log formats: text (with the job's fields) or one JSON object per line.
+
+Both escape control characters (``_render.safe``): a task name, an error or an argument
+carrying ESC or CR cannot rewrite the operator's terminal.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .._logfields import JobFields
+from ._render import safe, safe_json
 
 LOG_LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"]
 
@@ -32,7 +37,8 @@ class JsonFormatter(logging.Formatter):
                 doc[field] = value
         if record.exc_info:
             doc["exception"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str, ensure_ascii=False)
+        # json escapes C0 controls (ESC is \u001b); safe_json escapes DEL, C1 and bidi
+        return safe_json(json.dumps(doc, default=str, ensure_ascii=False))
 
 
 class TextFormatter(logging.Formatter):
@@ -41,9 +47,18 @@ class TextFormatter(logging.Formatter):
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
 
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return safe(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return safe(super().formatException(ei), multiline=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return safe(super().formatStack(stack_info), multiline=True)
+
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        fields = [f"{f}={record.__dict__[f]}" for f in JOB_FIELDS
+        fields = [f"{f}={safe(record.__dict__[f])}" for f in JOB_FIELDS
                   if record.__dict__.get(f) is not None]
         if not fields:
             return line

@@ -1,11 +1,14 @@
 """Terminal output shared by the commands: rich consoles, JSON, state colours, times.
 
-User data (arguments, errors, tracebacks) is always rendered as plain text, never markup.
+User data (arguments, errors, tracebacks, task and queue names) is always rendered as
+plain text, never markup, and through ``safe``: a stored ESC, BEL, CR or bidi override
+is printed as ``\\x1b``, never sent to the terminal. ``--json`` escapes them as JSON.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +19,35 @@ from rich.text import Text
 from .._job import Job, JobState
 
 STATES = [s.value for s in JobState]
+
+#: C0 controls, DEL, C1 controls, and the bidi and line-separator format characters.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+#: Multi-line text (tracebacks) keeps its newlines and tabs.
+_CONTROL_MULTILINE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+#: The same characters inside a JSON document made with ensure_ascii=False (C0 are
+#: already escaped by json).
+_JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def safe(value: object, *, multiline: bool = False) -> str:
+    """``value`` as text a terminal shows as it is: every control character (ESC, BEL,
+    CR, backspace...) and bidi override escaped as ``\\x1b`` / ``\\u202e``. The one
+    helper for stored text the CLI prints and the worker's logs write."""
+    text = value if isinstance(value, str) else str(value)
+    return (_CONTROL_MULTILINE if multiline else _CONTROL).sub(_escape, text)
+
+
+def safe_json(doc: str) -> str:
+    """A JSON document with DEL, C1 and bidi characters escaped as ``\\u00XX`` (json
+    escapes C0 itself), still the same JSON value."""
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", doc)
+
 
 STATE_STYLES: dict[str, str] = {
     "scheduled": "cyan",
@@ -34,7 +66,7 @@ def console(*, stderr: bool = False) -> Console:
 
 
 def print_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, default=str, ensure_ascii=False))
+    click.echo(safe_json(json.dumps(doc, indent=2, default=str, ensure_ascii=False)))
 
 
 def state_text(state: JobState | str) -> Text:
@@ -47,6 +79,11 @@ def when(value: datetime | None, *, short: bool = False) -> str:
     if value is None:
         return "-"
     return value.astimezone().strftime("%m-%d %H:%M:%S" if short else "%Y-%m-%d %H:%M:%S")
+
+
+def plain(value: object, style: str = "") -> Text:
+    """Stored text as a rich Text: never markup, control characters escaped."""
+    return Text(safe(value), style=style)
 
 
 def shorten(text: str, limit: int) -> str:

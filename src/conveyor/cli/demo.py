@@ -1,7 +1,9 @@
 """``conveyor demo``: a few thousand jobs through an in-process worker, shown live.
 
-It starts from a fresh ``conveyor.db`` (removed only if it is a Conveyor database and
-no worker is using it), so ``conveyor jobs list`` afterwards shows this run only.
+It runs on its own ``./.conveyor-demo/conveyor-demo.db`` (never ``$CONVEYOR_URL``; only
+``--url`` points it elsewhere), in its own ``demo-*`` queues, and refuses a target that
+holds anything else (see ``_demo_target``). Re-run, it deletes its previous jobs (by
+queue) first, so ``conveyor jobs list`` afterwards shows this run only.
 """
 
 from __future__ import annotations
@@ -10,13 +12,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import random
 import sys
 import time
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import click
 from rich import box
@@ -28,18 +28,30 @@ from rich.table import Table
 from rich.text import Text
 
 from .._app import Conveyor
-from .._config import DEFAULT_URL, WorkerConfig
+from .._config import WorkerConfig
 from .._context import current_job
 from .._job import FINAL_STATES, Job, JobState
-from .._operations import Operations
 from .._runtime import Worker
 from .._task import JobSpec, Task
-from ._base import EPILOG, EXIT_INTERRUPTED, common_options
-from ._loading import check_url, resolve_url
+from ._base import EPILOG, EXIT_INTERRUPTED
+from ._demo_target import (
+    DEMO_URL,
+    check_target,
+    clean_previous,
+    next_steps,
+    prepare_default,
+    redacted_url,
+)
+from ._loading import check_url
 from ._render import STATE_STYLES, last_error
 
 #: Queue -> concurrency of the demo's worker.
-DEMO_QUEUES = {"mail": 50, "images": 8, "inventory": 20, "billing": 10, "webhooks": 2}
+DEMO_QUEUES = {"demo-mail": 50, "demo-images": 8, "demo-inventory": 20, "demo-billing": 10,
+               "demo-webhooks": 2}
+#: Queue -> the one demo task it holds.
+DEMO_TASKS = {"demo-mail": "send_welcome_email", "demo-images": "resize_image",
+              "demo-inventory": "sync_inventory", "demo-billing": "charge_card",
+              "demo-webhooks": "flaky_webhook"}
 BATCH = 1000
 POLL_INTERVAL = 0.2
 
@@ -57,30 +69,30 @@ def build_app(url: str) -> tuple[Conveyor, DemoTasks]:
     """The demo's app and tasks, made fresh for each run (no module-level app)."""
     app = Conveyor(url)
 
-    @app.task(queue="mail")
+    @app.task(queue="demo-mail")
     async def send_welcome_email(user_id: int, email: str) -> dict[str, Any]:
         await asyncio.sleep(random.uniform(0.001, 0.01))
         return {"sent_to": email}
 
-    @app.task(queue="images")
+    @app.task(queue="demo-images")
     def resize_image(image_id: int, width: int, height: int) -> dict[str, int]:
         checksum = sum((i * image_id) % 251 for i in range(2_000))  # a little CPU work
         return {"image_id": image_id, "width": width // 2, "height": height // 2,
                 "checksum": checksum}
 
-    @app.task(queue="inventory", backoff=0.2)
+    @app.task(queue="demo-inventory", backoff=0.2)
     async def sync_inventory(sku: str, flaky: bool = False) -> int:
         await asyncio.sleep(0.005)
         if flaky and current_job().attempt == 1:
             raise ValueError(f"inventory service timed out for {sku}")
         return len(sku)
 
-    @app.task(queue="billing")
+    @app.task(queue="demo-billing")
     async def charge_card(order_id: int, cents: int) -> dict[str, int]:
         await asyncio.sleep(0.005)
         return {"order_id": order_id, "charged": cents}
 
-    @app.task(queue="webhooks", max_attempts=3, backoff=0.1)
+    @app.task(queue="demo-webhooks", max_attempts=3, backoff=0.1)
     async def flaky_webhook(url: str) -> None:
         raise ConnectionError(f"POST {url}: 503 Service Unavailable")
 
@@ -106,51 +118,6 @@ def build_specs(tasks: DemoTasks, total: int, seed: int = 7) -> list[JobSpec]:
             delay = rng.uniform(2.0, 4.0)
             specs.append(tasks.charge.options(delay=delay).job(i, rng.randint(100, 99_999)))
     return specs
-
-
-# -- a fresh SQLite file -------------------------------------------------------------------
-
-
-def sqlite_path(url: str) -> str | None:
-    return url[len("sqlite:///"):] if url.lower().startswith("sqlite:///") else None
-
-
-def prepare_sqlite(path: str) -> bool:
-    """Remove a previous demo's database; refuse anything that is not Conveyor's.
-
-    Returns True when an old database was removed.
-    """
-    if not os.path.exists(path):
-        return False
-    if os.path.getsize(path) > 0:
-        _check_removable(path)
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(path + suffix)
-    return True
-
-
-def _check_removable(path: str) -> None:
-    """Only a Conveyor database no live worker uses, asked through the app (read-only
-    first: a file that is not Conveyor's is never opened for writing)."""
-    refuse = f"refusing to remove {path!r}: "
-    app = Conveyor(f"sqlite:///{path}")
-
-    async def live_workers() -> int:
-        ops = Operations(app, source="demo")
-        health = await ops.health()
-        if not health.reachable or not health.version:
-            raise click.ClickException(refuse + f"it is not a Conveyor database "
-                                       f"({health.error or 'no schema'}); use --url")
-        try:
-            return len(await ops.alive_nodes())
-        finally:
-            await app.close_async()
-
-    live = asyncio.run(live_workers())
-    if live:
-        raise click.ClickException(refuse + f"{live} worker(s) seem to be using it; stop them "
-                                   "or use --url")
 
 
 # -- the live run ------------------------------------------------------------------------------
@@ -196,10 +163,10 @@ async def _watch(app: Conveyor, baseline: dict[str, int], total: int,
                         TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
                         console=out)
     bar = progress.add_task("finished", total=total)
-    counts = _delta(await app.count_jobs_async(), baseline)
+    counts = _delta(await _counts(app), baseline)
     with Live(Group(progress, states_table(counts)), console=out, refresh_per_second=10) as live:
         while True:
-            counts = _delta(await app.count_jobs_async(), baseline)
+            counts = _delta(await _counts(app), baseline)
             progress.update(bar, completed=min(_finished(counts), total))
             live.update(Group(progress, states_table(counts)))
             if _finished(counts) >= total or runner.done():
@@ -219,8 +186,17 @@ async def _fetch(app: Conveyor, ids: list[int]) -> list[Job]:
     return found
 
 
+async def _counts(app: Conveyor) -> dict[str, int]:
+    """Jobs per state in the demo's queues only."""
+    counts = {state.value: 0 for state in JobState}
+    for queue in DEMO_QUEUES:
+        for state, n in (await app.count_jobs_async(queue=queue)).items():
+            counts[state] += n
+    return counts
+
+
 async def run_jobs(app: Conveyor, tasks: DemoTasks, total: int, out: Console) -> Outcome:
-    baseline = await app.count_jobs_async()
+    baseline = await _counts(app)
     started = time.monotonic()
     ids = await _enqueue(app, build_specs(tasks, total))
     enqueued = time.monotonic()
@@ -233,7 +209,7 @@ async def run_jobs(app: Conveyor, tasks: DemoTasks, total: int, out: Console) ->
         worker.request_stop()
         await runner
     finished = time.monotonic()
-    counts = _delta(await app.count_jobs_async(), baseline)
+    counts = _delta(await _counts(app), baseline)
     return Outcome(counts, enqueued - started, finished - enqueued, await _fetch(app, ids),
                    interrupted=_finished(counts) < total)
 
@@ -265,18 +241,8 @@ def summary_table(outcome: Outcome, total: int) -> Table:
     return table
 
 
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def hint(url: str) -> str:
-    command = "conveyor jobs list --state discarded"
-    implicit = os.environ.get("CONVEYOR_URL") or DEFAULT_URL
-    return command if url == implicit else f"{command} --url {_redacted(url)}"
+    return f"conveyor jobs list --state discarded --url {redacted_url(url)}"
 
 
 @contextlib.contextmanager
@@ -295,41 +261,54 @@ def _logs_to(out: Console) -> Iterator[None]:
         logger.propagate, logger.level = saved[0], saved[1]
 
 
+async def _prepare(app: Conveyor, url: str, out: Console) -> None:
+    """Refuse a target holding anything but the demo's jobs; delete those."""
+    previous = await check_target(app, url, DEMO_QUEUES, DEMO_TASKS)
+    if previous:
+        removed = await clean_previous(app, DEMO_QUEUES)
+        out.print(Text(f"removed {removed} job(s) of a previous demo run "
+                       f"(queues {', '.join(DEMO_QUEUES)})", style="dim"))
+
+
 def run_demo(url: str, total: int) -> int:
     """Run the demo on ``url``; returns the exit code (130 when interrupted)."""
     out = Console(highlight=False)
-    path = sqlite_path(url)
-    if path is not None and prepare_sqlite(path):
-        out.print(Text(f"removed the previous demo database {path}", style="dim"))
     app, tasks = build_app(url)
-    out.print(Text.assemble(("Conveyor demo", "bold"),
-                            f": {total} jobs on {_redacted(url)}, worker queues {DEMO_QUEUES}"))
 
-    async def main() -> Outcome:
+    async def main() -> Outcome | None:
         try:
+            await _prepare(app, url, out)
+            out.print(Text.assemble(
+                ("Conveyor demo", "bold"),
+                f": {total} jobs on {redacted_url(url)}, worker queues {DEMO_QUEUES}"))
             return await run_jobs(app, tasks, total, out)
         finally:
             await app.close_async()
 
     with _logs_to(out):
         outcome = asyncio.run(main())
+    assert outcome is not None
     out.print()
     out.print(summary_table(outcome, total))
     if outcome.interrupted:
         out.print("interrupted before every job finished", style="yellow")
-    out.print(Text(f"inspect with: {hint(url)}", style="bold"), soft_wrap=True)
+    for line in next_steps(hint(url)):
+        out.print(Text(line, style="bold"), soft_wrap=True)
     return EXIT_INTERRUPTED if outcome.interrupted else 0
 
 
 @click.command(epilog=EPILOG)
 @click.option("--jobs", "total", type=click.IntRange(10, 100_000), default=3000,
               show_default=True, help="How many jobs to enqueue.")
-@common_options
-def demo(total: int, app_path: str | None, url: str | None) -> None:
-    """Enqueue a few thousand demo jobs on a fresh ./conveyor.db and run them live.
+@click.option("--url", metavar="URL",
+              help=f"Database to run on. Default: {DEMO_URL} (never $CONVEYOR_URL). The demo "
+              "refuses a database that holds jobs other than its own.")
+def demo(total: int, url: str | None) -> None:
+    """Enqueue a few thousand demo jobs on the demo's own database and run them live.
 
-    Afterwards, `conveyor jobs list` shows what happened.
+    The database is ./.conveyor-demo/conveyor-demo.db unless --url names another;
+    $CONVEYOR_URL is ignored. Afterwards, the command it prints lists what happened.
     """
-    target = resolve_url(app_path, url)
+    target = url or prepare_default()
     check_url(target)
     sys.exit(run_demo(target, total))

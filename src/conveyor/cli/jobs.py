@@ -1,6 +1,9 @@
 """``conveyor jobs``: list, show, retry, cancel and explain jobs, with their rendering.
 
-Tables go to stdout through rich; ``--json`` prints one JSON document instead.
+Tables go to stdout through rich and fit the terminal (long arguments and errors end
+with an ellipsis); ``--json`` prints one JSON document instead. Stored text is printed
+through ``_render.safe`` and jobs through the dashboard's redaction rule
+(``conveyor._redact``), unless ``--show-secrets``.
 """
 
 from __future__ import annotations
@@ -16,18 +19,30 @@ from rich.text import Text
 
 from .._app import Conveyor
 from .._job import Job
-from ._base import CONTEXT, EPILOG, CliFailure, common_options, json_option, run_async
+from .._redact import redact_secrets
+from ._base import (
+    CONTEXT,
+    EPILOG,
+    JOB_ID,
+    CliFailure,
+    common_options,
+    json_option,
+    run_async,
+)
 from ._loading import open_app
 from ._render import (
     STATES,
     compact,
     console,
     last_error,
+    plain,
     print_json,
+    safe,
     shorten,
     state_text,
     when,
 )
+from ._retry import retry_command
 
 # -- list and show -----------------------------------------------------------------------
 
@@ -42,14 +57,45 @@ async def list_jobs(
 
 
 def call_text(job: Job, limit: int = 40) -> str:
-    """``"a@b.c", subject="hi"``: the job's arguments as a call, shortened."""
-    parts = [compact(a, limit) for a in job.args]
-    parts += [f"{k}={compact(v, limit)}" for k, v in job.kwargs.items()]
+    """``"a@b.c", subject="hi"``: the job's arguments as a call, shortened to ``limit``
+    (each argument to 40 characters at most)."""
+    each = min(limit, 40)
+    parts = [compact(a, each) for a in job.args]
+    parts += [f"{k}={compact(v, each)}" for k, v in job.kwargs.items()]
     return shorten(", ".join(parts), limit)
 
 
-def jobs_table(jobs: list[Job], *, wide: bool = True) -> Table:
-    """Identity columns never wrap; narrow terminals get one args-or-error column."""
+def _fixed_widths(jobs: list[Job], wide: bool) -> list[int]:
+    """Widths of the columns that never shrink: id, task, queue, state, attempt
+    (and scheduled, in a wide table)."""
+    columns = [
+        ("id", [str(job.id) for job in jobs]),
+        ("task", [safe(job.task) for job in jobs]),
+        ("queue", [safe(job.queue) for job in jobs]),
+        ("state", ["available"]),
+        ("attempt", [f"{job.attempt}/{job.max_attempts}" for job in jobs]),
+    ]
+    if wide:
+        columns.append(("scheduled", ["00-00 00:00:00"]))
+    return [max(len(head), *(len(v) for v in values)) for head, values in columns]
+
+
+def text_widths(jobs: list[Job], width: int, wide: bool) -> tuple[int, int]:
+    """What is left of ``width`` for the args and the error: each row stays one line."""
+    fixed = _fixed_widths(jobs, wide)
+    columns = len(fixed) + (2 if wide else 1)
+    free = width - sum(fixed) - 3 * (columns - 1) - 2  # 1 + 1 + 1 between, an edge each side
+    if not wide:
+        return max(free, 12), max(free, 12)
+    args = max(free * 2 // 5, 12)
+    return args, max(free - args, 12)
+
+
+def jobs_table(jobs: list[Job], *, wide: bool = True, width: int = 200) -> Table:
+    """One line per job, as wide as ``width``: the identity columns are whole, the
+    args and the last error end with an ellipsis where the terminal ends; narrow
+    terminals get one column for the args or the error."""
+    args_width, error_width = text_widths(jobs, width, wide)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("id", justify="right", style="bold", no_wrap=True)
     for name in ("task", "queue", "state"):
@@ -57,22 +103,25 @@ def jobs_table(jobs: list[Job], *, wide: bool = True) -> Table:
     table.add_column("attempt", justify="right", no_wrap=True)
     if wide:
         table.add_column("scheduled", no_wrap=True)
-        table.add_column("args", overflow="ellipsis", min_width=12)
-        table.add_column("last error", overflow="ellipsis", min_width=12)
+        table.add_column("args", no_wrap=True, overflow="ellipsis")
+        table.add_column("last error", no_wrap=True, overflow="ellipsis")
     else:
-        table.add_column("args / last error", overflow="ellipsis", min_width=12)
+        table.add_column("args / last error", no_wrap=True, overflow="ellipsis")
     for job in jobs:
-        error = Text(shorten(last_error(job), 80), style="red")
-        args = Text(call_text(job))
+        error = Text(shorten(safe(last_error(job)), error_width), style="red")
+        args = plain(call_text(job, args_width))
         extra = [when(job.scheduled_at, short=True), args, error] if wide else [
             error if job.errors else args]
-        table.add_row(str(job.id), Text(job.task), Text(job.queue), state_text(job.state),
+        table.add_row(str(job.id), plain(job.task), plain(job.queue), state_text(job.state),
                       f"{job.attempt}/{job.max_attempts}", *extra)
     return table
 
 
-def show_jobs(jobs: list[Job], *, as_json: bool, single: bool = False) -> None:
-    """A list of jobs (or one, with ``single``) as a table or JSON."""
+def show_jobs(jobs: list[Job], *, as_json: bool, single: bool = False,
+              secrets: bool = False) -> None:
+    """A list of jobs (or one, with ``single``) as a table or JSON, secrets redacted
+    unless ``secrets``."""
+    jobs = jobs if secrets else [redact_secrets(job) for job in jobs]
     if as_json:
         print_json(jobs[0].to_dict() if single else [job.to_dict() for job in jobs])
         return
@@ -80,7 +129,7 @@ def show_jobs(jobs: list[Job], *, as_json: bool, single: bool = False) -> None:
     if not jobs:
         out.print("no jobs match", style="dim")
         return
-    out.print(jobs_table(jobs, wide=out.width >= 120))
+    out.print(jobs_table(jobs, wide=out.width >= 120, width=out.width))
     if not single and len(jobs) > 1:
         out.print(f"{len(jobs)} job(s), newest first", style="dim")
 
@@ -95,9 +144,10 @@ def detail_table(job: Job) -> Table:
         if key == "state":
             rendered: RenderableType = state_text(job.state)
         elif isinstance(value, list | dict):
-            rendered = Text(json.dumps(value, indent=2, default=str, ensure_ascii=False))
+            text = json.dumps(value, indent=2, default=str, ensure_ascii=False)
+            rendered = Text(safe(text, multiline=True))
         else:
-            rendered = Text("-" if value is None else str(value))
+            rendered = plain("-" if value is None else value)
         grid.add_row(key, rendered)
     return grid
 
@@ -105,16 +155,17 @@ def detail_table(job: Job) -> Table:
 def error_panels(job: Job) -> list[Panel]:
     panels = []
     for entry in job.errors:
-        body = Text(str(entry.get("error", "")), style="red")
+        body = Text(safe(entry.get("error", ""), multiline=True), style="red")
         if entry.get("traceback"):
             body.append("\n\n")
-            body.append(str(entry["traceback"]).rstrip(), style="dim")
-        title = f"attempt {entry.get('attempt', '?')} · {entry.get('at', '')}"
+            body.append(safe(entry["traceback"], multiline=True).rstrip(), style="dim")
+        title = f"attempt {safe(entry.get('attempt', '?'))} · {safe(entry.get('at', ''))}"
         panels.append(Panel(body, title=title, title_align="left", border_style="red"))
     return panels
 
 
-def show_detail(job: Job, *, as_json: bool) -> None:
+def show_detail(job: Job, *, as_json: bool, secrets: bool = False) -> None:
+    job = job if secrets else redact_secrets(job)
     if as_json:
         print_json(job.to_dict())
         return
@@ -123,6 +174,13 @@ def show_detail(job: Job, *, as_json: bool) -> None:
     parts.append(Text(f"\nerrors ({len(errors)})", style="bold"))
     parts.extend(errors or [Text("none", style="dim")])
     console().print(Group(*parts))
+
+
+def secrets_option(fn: click.decorators.FC) -> click.decorators.FC:
+    return click.option(
+        "--show-secrets", "secrets", is_flag=True,
+        help="Show the values of secret-looking keys (password, token, ...), which are "
+        "redacted by default as on the dashboard.")(fn)
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -138,42 +196,37 @@ def jobs() -> None:
 @click.option("--queue", help="Only jobs of this queue.")
 @click.option("--task", "task_name", help="Only jobs of this task.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@secrets_option
 @json_option
 @common_options
 def jobs_list(state: str | None, queue: str | None, task_name: str | None, limit: int,
-              as_json: bool, app_path: str | None, url: str | None) -> None:
+              secrets: bool, as_json: bool, app_path: str | None, url: str | None) -> None:
     """List jobs, newest first."""
     app = open_app(app_path, url)
     found = run_async(app, lambda: list_jobs(app, state, queue, task_name, limit))
-    show_jobs(found, as_json=as_json)
+    show_jobs(found, as_json=as_json, secrets=secrets)
 
 
 @jobs.command("show", epilog=EPILOG)
-@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
+@click.argument("job_id", metavar="ID", type=JOB_ID)
+@secrets_option
 @json_option
 @common_options
-def jobs_show(job_id: int, as_json: bool, app_path: str | None, url: str | None) -> None:
+def jobs_show(job_id: int, secrets: bool, as_json: bool, app_path: str | None,
+              url: str | None) -> None:
     """Show every field of one job, with each attempt's error and traceback."""
     app = open_app(app_path, url)
     job = run_async(app, lambda: app.get_job_async(job_id))
     if job is None:
         raise CliFailure(f"no job with id {job_id}")
-    show_detail(job, as_json=as_json)
+    show_detail(job, as_json=as_json, secrets=secrets)
 
 
-@jobs.command("retry", epilog=EPILOG)
-@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
-@json_option
-@common_options
-def jobs_retry(job_id: int, as_json: bool, app_path: str | None, url: str | None) -> None:
-    """Put a finished or waiting job back in its queue now, with one more attempt."""
-    app = open_app(app_path, url)
-    job = run_async(app, lambda: app.retry_job_async(job_id))
-    show_jobs([job], as_json=as_json, single=True)
+jobs.add_command(retry_command(show_jobs))
 
 
 @jobs.command("cancel", epilog=EPILOG)
-@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @json_option
 @common_options
 def jobs_cancel(job_id: int, as_json: bool, app_path: str | None, url: str | None) -> None:
@@ -184,7 +237,7 @@ def jobs_cancel(job_id: int, as_json: bool, app_path: str | None, url: str | Non
 
 
 @jobs.command("explain", epilog=EPILOG)
-@click.argument("job_id", metavar="ID", type=click.IntRange(min=1))
+@click.argument("job_id", metavar="ID", type=JOB_ID)
 @json_option
 @common_options
 def jobs_explain(job_id: int, as_json: bool, app_path: str | None, url: str | None) -> None:
@@ -195,4 +248,4 @@ def jobs_explain(job_id: int, as_json: bool, app_path: str | None, url: str | No
         print_json({"id": job_id, "state": found.job.state.value, "reasons": found.reasons,
                     "notes": found.notes})
     else:
-        console().print(Text(str(found)))
+        console().print(Text(safe(found, multiline=True)))

@@ -1,8 +1,14 @@
-"""``conveyor queues``: see and control queues on every worker."""
+"""``conveyor queues``: see and control queues on every worker.
+
+An action on a queue that nothing names (no task of the app, no schedule, no job, no
+live worker, no setting) is refused with the close names, a typo being likelier than
+a queue of the future; ``--force`` acts anyway.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any
 
 import click
@@ -10,10 +16,10 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from .._app import QueueInfo
-from ._base import CONTEXT, EPILOG, common_options, json_option, run_async
+from .._app import Conveyor, QueueInfo
+from ._base import CONTEXT, EPILOG, UsageFailure, common_options, json_option, run_async
 from ._loading import open_app
-from ._render import console, print_json
+from ._render import console, plain, print_json, safe
 
 
 def _queues_table(queues: list[QueueInfo]) -> Table:
@@ -23,8 +29,8 @@ def _queues_table(queues: list[QueueInfo]) -> Table:
         table.add_column(header)
     for q in queues:
         limit = "per worker" if q.concurrency is None else f"{q.concurrency} ({q.scope})"
-        table.add_row(Text(q.name), Text("paused", style="red") if q.paused else Text("no"),
-                      limit, q.rate_limit or "-", str(len(q.nodes)),
+        table.add_row(plain(q.name), Text("paused", style="red") if q.paused else Text("no"),
+                      limit, plain(q.rate_limit or "-"), str(len(q.nodes)),
                       *(str(q.counts.get(s, 0)) for s in
                         ("available", "running", "scheduled", "retryable", "discarded")))
     return table
@@ -50,34 +56,67 @@ def queues_list(as_json: bool, app_path: str | None, url: str | None) -> None:
     else:
         console().print(_queues_table(found))
 
+async def known_queues(app: Conveyor) -> set[str]:
+    """Every queue something names: the app's tasks and schedules, and the database's
+    jobs, live nodes and queue settings."""
+    names = {q.name for q in await app.list_queues_async()}
+    names |= {task.defaults.queue for task in app.tasks.values()}
+    schedules = await app.list_schedules_async()
+    names |= {app.tasks[s.row.task].defaults.queue for s in schedules if s.row.task in app.tasks}
+    return names
+
+
+def refuse_unknown(name: str, known: set[str]) -> None:
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.6)
+    hint = f"did you mean {', '.join(close)}? " if close else ""
+    raise UsageFailure(f"no task, schedule, job or worker names queue {safe(name)!r}; "
+                       f"{hint}(--force to act on it anyway)")
+
+
 def _queue_action(name: str, app_path: str | None, url: str | None, verb: str,
-                  action: Any) -> None:
+                  action: Any, force: bool = False) -> None:
     app = open_app(app_path, url)
-    run_async(app, lambda: action(app))
-    click.echo(f"queue {name}: {verb} (every worker applies it within about a second)")
+
+    async def act() -> None:
+        if not force:
+            refuse_unknown(name, await known_queues(app))
+        await action(app)
+
+    run_async(app, act)
+    click.echo(f"queue {safe(name)}: {verb} (every worker applies it within about a second)")
+
+
+def force_option(fn: Any) -> Any:
+    return click.option("--force", is_flag=True,
+                        help="Act even on a queue that no task, job or worker names.")(fn)
 
 @queues.command("pause", epilog=EPILOG)
 @click.argument("name")
+@force_option
 @common_options
-def queues_pause(name: str, app_path: str | None, url: str | None) -> None:
+def queues_pause(name: str, force: bool, app_path: str | None, url: str | None) -> None:
     """Stop starting jobs of queue NAME on every worker."""
-    _queue_action(name, app_path, url, "paused", lambda a: a.pause_queue_async(name))
+    _queue_action(name, app_path, url, "paused", lambda a: a.pause_queue_async(name), force)
 
 @queues.command("resume", epilog=EPILOG)
 @click.argument("name")
+@force_option
 @common_options
-def queues_resume(name: str, app_path: str | None, url: str | None) -> None:
+def queues_resume(name: str, force: bool, app_path: str | None, url: str | None) -> None:
     """Start jobs of queue NAME again."""
-    _queue_action(name, app_path, url, "resumed", lambda a: a.resume_queue_async(name))
+    _queue_action(name, app_path, url, "resumed", lambda a: a.resume_queue_async(name), force)
 
 @queues.command("scale", epilog=EPILOG)
 @click.argument("name")
-@click.argument("concurrency", required=False, type=click.IntRange(min=1))
+@click.argument("concurrency", required=False, type=click.IntRange(1, 1_000_000))
 @click.option("--per-node", is_flag=True,
               help="Apply CONCURRENCY on every node instead of splitting it across nodes.")
 @click.option("--reset", is_flag=True, help="Back to each worker's own -q/-c setting.")
+@force_option
 @common_options
-def queues_scale(name: str, concurrency: int | None, per_node: bool, reset: bool,
+def queues_scale(name: str, concurrency: int | None, per_node: bool, reset: bool, force: bool,
                  app_path: str | None, url: str | None) -> None:
     """Set queue NAME's concurrency: a cluster total shared by its nodes (default)."""
     if (concurrency is None) == (not reset):
@@ -85,13 +124,15 @@ def queues_scale(name: str, concurrency: int | None, per_node: bool, reset: bool
     verb = "reset to each worker's setting" if reset else (
         f"concurrency {concurrency} {'per node' if per_node else 'in total'}")
     _queue_action(name, app_path, url, verb,
-                  lambda a: a.set_queue_concurrency_async(name, concurrency, per_node=per_node))
+                  lambda a: a.set_queue_concurrency_async(name, concurrency, per_node=per_node),
+                  force)
 
 @queues.command("rate", epilog=EPILOG)
 @click.argument("name")
 @click.argument("rate", required=False)
+@force_option
 @common_options
-def queues_rate(name: str, rate: str | None, app_path: str | None, url: str | None) -> None:
+def queues_rate(name: str, rate: str | None, force: bool, app_path: str | None, url: str | None) -> None:
     """Limit how often jobs of queue NAME start, like 100/m; no RATE removes it."""
     _queue_action(name, app_path, url, f"rate limit {rate or 'removed'}",
-                  lambda a: a.set_queue_rate_limit_async(name, rate))
+                  lambda a: a.set_queue_rate_limit_async(name, rate), force)

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from .. import _payload
+from .._app import Conveyor
 from .._config import WorkerConfig
 from ._base import EPILOG, common_options, run_async
 from ._loading import open_app
@@ -96,6 +97,15 @@ def parse_queues(specs: Sequence[str], concurrency: int) -> dict[str, int]:
     return queues or {"default": concurrency}
 
 
+def app_queues(app: Conveyor, concurrency: int) -> dict[str, int]:
+    """What a worker started without -q serves: ``default`` and every queue the app's
+    tasks and schedules name (the same rule as ``app.run_worker()`` without queues)."""
+    named = {task.defaults.queue for task in app.tasks.values()}
+    named |= {app.tasks[s.task].defaults.queue for s in app.schedules.values()
+              if s.task in app.tasks}
+    return {name: concurrency for name in ["default", *sorted(named - {"default"})]}
+
+
 def build_config(opts: WorkerOptions) -> WorkerConfig:
     """The WorkerConfig; its validation errors are usage errors (exit 2)."""
     try:
@@ -127,7 +137,8 @@ def child_argv(app_path: str, url: str | None, opts: WorkerOptions) -> list[str]
 @click.argument("app_arg", metavar="[APP_PATH]", required=False)
 @click.option("-q", "--queues", "queue_specs", multiple=True, metavar="Q[:N],...",
               help="Queues to work, comma-separated, each with an optional :concurrency "
-              "(e.g. default,mail:5). Default: default.")
+              "(e.g. default,mail:5). Default: default and every queue the app's tasks "
+              "and schedules name.")
 @click.option("-c", "--concurrency", type=click.IntRange(min=1), default=10, show_default=True,
               help="Concurrency of queues given without :N.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
@@ -150,15 +161,16 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
     app_path = app_arg or app_path
     if not app_path:
         raise click.UsageError("missing APP_PATH (module:attribute), or set $CONVEYOR_APP")
+    app = open_app(app_path, url)  # fails once here, not once per child
+    queues = (parse_queues(queue_specs, concurrency) if queue_specs
+              else app_queues(app, concurrency))
     opts = WorkerOptions(
-        queues=parse_queues(queue_specs, concurrency), concurrency=concurrency, burst=burst,
+        queues=queues, concurrency=concurrency, burst=burst,
         settings=settings, log_level=log_level.upper(), log_format=log_format,
     )
     config = build_config(opts)
     if processes > 1:
-        open_app(app_path, url)  # fail once here, not once per child
         sys.exit(supervise(child_argv(app_path, url, opts), processes))
     configure_logging(opts.log_level, opts.log_format)
-    app = open_app(app_path, url)
-    run_async(app, lambda: app.run_worker(config=config))
+    run_async(app, lambda: app.run_worker(config.queues, config=config))
     exit_if_handlers_linger()

@@ -262,6 +262,24 @@ def test_run_worker_without_queues_serves_the_apps_queues(app: Conveyor) -> None
     assert done is not None and done.state is JobState.COMPLETED
 
 
+def test_run_worker_serves_explicit_queues_as_given(app: Conveyor) -> None:
+    """Only an unset queue list widens: an explicit one equal to the default does not."""
+    send = app.task(name="send_email", queue="mail")(lambda: "sent")
+    job = send.enqueue()
+    other = app.task(name="other")(lambda: "done").enqueue()
+
+    async def run() -> None:
+        try:
+            await app.run_worker(config=WorkerConfig(queues={"default": 10}, burst=True))
+        finally:
+            await app.close_async()
+
+    asyncio.run(run())
+    done, waiting = app.get_job(other.id), app.get_job(job.id)
+    assert done is not None and done.state is JobState.COMPLETED
+    assert waiting is not None and waiting.state is JobState.AVAILABLE
+
+
 # -- 7c. jobs retry: several ids, filters ------------------------------------------------------
 
 

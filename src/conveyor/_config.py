@@ -40,6 +40,12 @@ class ConveyorConfig:
     pool_max_size: int = 10
 
 
+class UnsetQueues(dict[str, int]):
+    """``WorkerConfig.queues`` when nobody set it (``{"default": 10}``): ``app.run_worker``
+    then serves every queue the app's tasks and schedules name. A dict given explicitly,
+    even an equal one, is served as given."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class WorkerConfig:
     """Settings of one worker process.
@@ -51,7 +57,7 @@ class WorkerConfig:
     """
 
     queues: Mapping[str, int] = dataclasses.field(
-        default_factory=lambda: {"default": 10},
+        default_factory=lambda: UnsetQueues(default=10),
         metadata={"help": "queues to serve, each with its concurrency (name=N)"},
     )
     #: A claimed job belongs to this worker until now + lease_ttl; heartbeats extend it.

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
 from .. import _payload
-from .._config import WorkerConfig
+from .._config import UnsetQueues, WorkerConfig
 from .._cron import Misfire, Schedule
 from .._errors import InvalidStateError, JobNotFoundError
 from .._job import Job, JobState
@@ -140,19 +140,18 @@ class JobsApp(AppBase):
     ) -> None:
         """Run a worker on the running loop until stopped (or drained, with burst).
 
-        Without ``queues`` (and with a config whose queues are the default), it serves
+        Without ``queues`` (and with a config whose queues nobody set), it serves
         every queue the app's tasks and schedules name, plus ``default``, each with the
         default concurrency. The worker logs the queues it serves when it starts.
 
         Example: ``await app.run_worker({"default": 10, "mail": 5})``
         """
-        default = WorkerConfig()
-        config = config or default
-        if queues is None and dict(config.queues) == dict(default.queues):
-            limit = next(iter(default.queues.values()))
+        config = config or WorkerConfig()
+        if queues is None and isinstance(config.queues, UnsetQueues):
+            limit = next(iter(config.queues.values()))
             named = [task.defaults.queue for task in self.tasks.values()]
-            named += [self.tasks[s.task].defaults.queue for s in self.schedules.values()
-                      if s.task in self.tasks]
+            named += [s.queue or self.tasks[s.task].defaults.queue
+                      for s in self.schedules.values() if s.task in self.tasks]
             queues = {name: limit for name in ["default", *sorted(set(named))]}
         if queues is not None:
             config = dataclasses.replace(config, queues=dict(queues))

@@ -40,7 +40,7 @@ JOB_ID = click.IntRange(1, MAX_INT64)
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
     EXIT_RUNTIME: "runtime error (job not found, job in the wrong state, ...)",
-    EXIT_USAGE: "usage or import error (bad option, bad APP_PATH, bad JSON)",
+    EXIT_USAGE: "usage or import error (bad option, bad APP_PATH, bad JSON, dashboard port in use)",
     EXIT_DB_UNAVAILABLE: "database unreachable or bad database URL",
     EXIT_SCHEMA: "schema not migrated / migrations pending (run `conveyor migrate`)",
 }

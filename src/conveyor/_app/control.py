@@ -37,7 +37,7 @@ class ScheduleNotFoundError(ConveyorError, LookupError):
 @dataclasses.dataclass(frozen=True, slots=True)
 class QueueInfo:
     """A queue as operators see it: live settings, serving nodes, and exact counts of
-    its waiting and running jobs (scheduled, available, running, retryable)."""
+    its jobs in every state."""
 
     name: str
     paused: bool

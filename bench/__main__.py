@@ -138,6 +138,13 @@ def derive_memory(out_dir: Path, backend: str, env: dict[str, Any]) -> None:
         run = {"peak_rss_mb_burndown": max(burn, default=0.0),
                "peak_rss_mb_steady": max(steady, default=0.0)}
         run["peak_rss_mb"] = max(run.values())
+        # measured when the runs it is derived from were: one commit, all clean, or unknown
+        stamps = [_report.evidence_of(d) for (c, b), d in docs.items() if b == backend
+                  and c.startswith(("w3_", "w4_"))]
+        commits = {commit for commit, _ in stamps}
+        git = env["machine"]["git"]
+        git["commit"] = commits.pop() if len(commits) == 1 else None
+        git["clean"] = all(clean is True for _, clean in stamps) if git["commit"] else None
         _report.write_case(out_dir, "w8_memory", backend, [run], env,
                            "derived from the w3 and w4 runs")
 
@@ -190,6 +197,7 @@ def environment(target: Target, params: dict[str, Any]) -> dict[str, Any]:
 
 def run_backend(target: Target, cases: list[Case], args: argparse.Namespace) -> None:
     for case in cases:
+        before = _env.git_stamp()
         runs = []
         for i in range(args.repeat):
             busy = (_env.wait_quiet(args.quiet_below, args.quiet_wait) if args.quiet_wait
@@ -205,8 +213,12 @@ def run_backend(target: Target, cases: list[Case], args: argparse.Namespace) -> 
                               *(["--quick"] if args.quick else []),
                               *(["--steady-seconds", f"{args.steady_seconds:g}"]
                                 if case.id.startswith("w4") else [])])
-        _report.write_case(args.out, case.id, target.backend, runs,
-                           environment(target, case.params), command)
+        env = environment(target, case.params)
+        after = env["machine"]["git"]
+        if before["commit"] != after["commit"] or before["clean"] is not True:
+            # the checkout moved or the measured code was modified during the runs
+            after["clean"] = False if after["clean"] is not None else None
+        _report.write_case(args.out, case.id, target.backend, runs, env, command)
 
 
 def _summary_line(result: dict[str, Any]) -> str:

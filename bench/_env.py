@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import sqlite3
-import subprocess
 import sys
 import time
 from importlib import metadata
@@ -16,6 +15,7 @@ import psycopg
 import conveyor
 from conveyor._storage.sqlite import SQLiteConfig
 from conveyor._storage.sqlite.connection import connect
+from tests import _evidence
 
 #: Pragmas Conveyor's SQLite connection runs with, as read back from a live one.
 SQLITE_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys",
@@ -40,14 +40,11 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _git() -> dict[str, Any]:
-    def run(*args: str) -> str:
-        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False,
-                              cwd=os.path.dirname(os.path.abspath(__file__)))
-        return done.stdout.strip()
-
-    return {"commit": run("rev-parse", "--short", "HEAD"),
-            "dirty": bool(run("status", "--porcelain", "--untracked-files=no"))}
+def git_stamp() -> dict[str, Any]:
+    """The commit checked out and whether the measured code (``BENCH_MEASURED``: the
+    library, ``bench/*.py``, ``pyproject.toml``; never ``bench/results/`` or docs) was
+    identical to it."""
+    return _evidence.stamp(_evidence.BENCH_MEASURED)
 
 
 def machine() -> dict[str, Any]:
@@ -65,7 +62,7 @@ def machine() -> dict[str, Any]:
         "libpq": psycopg.pq.version(),
         "sqlite": sqlite3.sqlite_version,
         "loadavg_1m": round(os.getloadavg()[0], 2),
-        "git": _git(),
+        "git": git_stamp(),
         "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 

@@ -7,6 +7,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from tests import _evidence
+
 #: (case id prefix, backend) -> (metric, "min"/"max", bound, label): the issue's targets.
 TARGETS: dict[tuple[str, str], list[tuple[str, str, float, str]]] = {
     ("w1_bulk", "sqlite"): [("jobs_per_s", "min", 200_000, ">= 200,000 jobs/s")],
@@ -91,24 +93,45 @@ COLUMNS = ("jobs_per_s", "p50_ms", "p99_ms", "cpu_us_per_job", "round_trips_per_
            "loadavg_1m_after")
 
 
+def evidence_of(doc: dict[str, Any]) -> tuple[str | None, bool | None]:
+    """The commit a result was measured on and whether its measured code was clean (None:
+    not recorded; files written before ``clean`` existed have an unreliable ``dirty``)."""
+    git = doc.get("environment", {}).get("machine", {}).get("git") or {}
+    clean = git.get("clean")
+    return git.get("commit") or None, clean if isinstance(clean, bool) else None
+
+
+def staleness(doc: dict[str, Any]) -> str | None:
+    return _evidence.staleness(*evidence_of(doc), _evidence.BENCH_MEASURED)
+
+
 def summary(docs: dict[tuple[str, str], dict[str, Any]]) -> str:
-    """The markdown table: one row per case and backend, medians, the command, targets."""
+    """The markdown table: one row per case and backend, medians, the command, targets,
+    and the commit each row was measured on (stale rows marked, counted in the header)."""
     lines = ["# Benchmark results", "",
              "Medians of the runs in each JSON file (`runs` has every run). Commands run from "
-             "the repository root. Regenerate with `make bench`.", ""]
+             "the repository root. Regenerate with `make bench`. Each row names the commit it "
+             "was measured on; a row is *stale* when that commit is unknown, its measured "
+             f"code ({_evidence.describe(_evidence.BENCH_MEASURED)}) was modified, "
+             "or differs from this commit's.", ""]
+    stale = {key: staleness(doc) for key, doc in docs.items()}
+    lines += [_evidence.header(sum(r is not None for r in stale.values()), len(docs),
+                               "make bench"), ""]
     envs = {doc["environment"]["machine"]["cpu"] for doc in docs.values()}
     if docs:
         machine = next(iter(docs.values()))["environment"]["machine"]
         lines += [f"Machine: {', '.join(sorted(envs))}, {machine['cores']} cores, Python "
                   f"{machine['python']}, SQLite {machine['sqlite']}, psycopg "
                   f"{machine['psycopg']} (libpq {machine['libpq']}).", ""]
-    head = ["case", "backend", "runs", *COLUMNS, "target"]
+    head = ["case", "backend", "runs", *COLUMNS, "target", "commit", "status"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (case, backend), doc in sorted(docs.items()):
         med = doc["median"]
         cells = [case, backend, str(len(doc["runs"]))]
         cells += [_fmt(med.get(c)) for c in COLUMNS]
         cells.append(verdict(case, backend, med))
+        cells += [_evidence.short(evidence_of(doc)[0]),
+                  _evidence.status_cell(stale[(case, backend)])]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "## Commands", ""]
     for (case, backend), doc in sorted(docs.items()):
@@ -127,7 +150,9 @@ def _appendix() -> str:
     probes = here / "results" / "probes.json"
     if probes.exists():
         doc = json.loads(probes.read_text())
-        doc.pop("machine", None)
-        out += ("\n## Database floors (`python -m bench.probes`)\n\n```json\n"
+        commit, clean = evidence_of({"environment": {"machine": doc.pop("machine", {})}})
+        reason = _evidence.staleness(commit, clean, _evidence.BENCH_MEASURED)
+        out += ("\n## Database floors (`python -m bench.probes`)\n\n"
+                f"Measured on {_evidence.short(commit)}: {_evidence.status_cell(reason)}.\n\n```json\n"
                 + json.dumps(doc, indent=2) + "\n```\n")
     return out

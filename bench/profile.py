@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import _env
 from .__main__ import DEFAULT_OUT, postgres_url
 from ._targets import Target
 
@@ -105,7 +106,9 @@ def fold(raw: Path, process: str) -> tuple[int, collections.Counter[str], collec
 
 def report(title: str, command: str, raw: Path, process: str, extra: str = "") -> str:
     total, buckets, leaves = fold(raw, process)
-    lines = [f"# {title}", "", f"command: {command}", f"samples: {total} (py-spy, 250 Hz)"]
+    git = _env.git_stamp()
+    lines = [f"# {title}", "", f"command: {command}", f"samples: {total} (py-spy, 250 Hz)",
+             f"commit: {git['commit']} (measured code clean: {git['clean']})"]
     if extra:
         lines += ["", extra.strip()]
     lines += ["", "## Where the samples are (bucket of the innermost matching frame)", ""]

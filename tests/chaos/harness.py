@@ -39,6 +39,8 @@ import psycopg
 
 from conveyor import Conveyor, Job, JobSpec, JobState
 
+from .. import _evidence
+
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -534,4 +536,7 @@ def record(result: Result) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     name = f"{result.scenario:02d}-{result.backend}-{result.test.rsplit('::', 1)[-1]}"
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    (folder / f"{safe}.json").write_text(json.dumps(result.to_json(), indent=2, sort_keys=True) + "\n")
+    # the commit and the state of the measured code when the scenario ran, not when the
+    # page is rendered (docs/reliability.md shows both per row)
+    doc = {**result.to_json(), **_evidence.stamp(_evidence.CHAOS_MEASURED)}
+    (folder / f"{safe}.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import platform
-import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from .. import _evidence
 
 PROMISE = """\
 # Reliability
@@ -67,13 +68,16 @@ def load(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
 
 
-def _commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, check=False, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
+def staleness(r: dict[str, Any]) -> str | None:
+    """Why a result does not describe HEAD's measured code (None: it does). Files written
+    before the harness recorded ``commit`` and ``clean`` are stale: commit unknown."""
+    clean = r.get("clean")
+    return _evidence.staleness(r.get("commit") or None, clean if isinstance(clean, bool)
+                               else None, _evidence.CHAOS_MEASURED)
+
+
+def _evidence_cells(r: dict[str, Any], stale: dict[int, str | None]) -> str:
+    return f"{_evidence.short(r.get('commit'))} | {_evidence.status_cell(stale[id(r)])}"
 
 
 def render(results: list[dict[str, Any]]) -> str:
@@ -81,14 +85,20 @@ def render(results: list[dict[str, Any]]) -> str:
                        key=lambda r: (r["scenario"], r["title"], r["backend"]))
     models = [r for r in results if r["scenario"] == 0]
     modes = sorted({r["mode"] for r in results})
+    stale = {id(r): staleness(r) for r in results}
     lines = [PROMISE, "## Results", ""]
     lines.append(
-        f"Run of {datetime.now(UTC):%Y-%m-%d} on commit `{_commit()}`, mode "
+        f"Rendered {datetime.now(UTC):%Y-%m-%d} from {len(results)} result files, mode "
         f"{'/'.join(modes)}, Python {platform.python_version()}, "
-        f"{platform.system()} with {_cores()} cores.")
+        f"{platform.system()} with {_cores()} cores. Each row names the commit its scenario "
+        "ran on; a row is *stale* when that commit is unknown, its measured code "
+        f"({_evidence.describe(_evidence.CHAOS_MEASURED)}) was modified, or differs from "
+        "this commit's.")
+    lines += ["", _evidence.header(sum(v is not None for v in stale.values()), len(results),
+                                   "make chaos")]
     lines += ["", "| # | scenario | backend | jobs | faults injected | lost | duplicates "
-              "(of which completed) | leases lost | seconds | reproduce |",
-              "|---|---|---|---:|---|---:|---:|---:|---:|---|"]
+              "(of which completed) | leases lost | seconds | reproduce | commit | status |",
+              "|---|---|---|---:|---|---:|---:|---:|---:|---|---|---|"]
     for r in scenarios:
         if r["scenario"] == 14 and "CONVEYOR_SOAK_SECONDS" not in r["command"]:
             seconds = r["extra"]["seconds_of_load"]
@@ -97,7 +107,7 @@ def render(results: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {r['scenario']} | {r['title']} | {r['backend']} | {r['jobs']} | {r['faults']} "
             f"| {lost} | {r['duplicates']} ({r['duplicate_completions']}) | {r['leases_lost']} "
-            f"| {r['seconds']:g} | `{r['command']}` |")
+            f"| {r['seconds']:g} | `{r['command']}` | {_evidence_cells(r, stale)} |")
     bad = [r for r in results if r["violations"] or r["lost"]]
     lines += ["", f"Jobs lost in total: **{sum(r['lost'] for r in results)}**; invariant "
               f"violations: **{sum(r['violations'] for r in results)}**"
@@ -132,12 +142,13 @@ def render(results: list[dict[str, Any]]) -> str:
                   "pure-Python model of docs/states.md. Time is controlled through the "
                   "parameters (leases of -1 s or an hour, delays of 0 or an hour), never by "
                   "faking the database clock.", "",
-                  "| backend | programs | storage calls | seconds | reproduce |",
-                  "|---|---:|---:|---:|---|"]
+                  "| backend | programs | storage calls | seconds | reproduce | commit | "
+                  "status |",
+                  "|---|---:|---:|---:|---|---|---|"]
         for r in sorted(models, key=lambda r: r["backend"]):
             calls = r["faults"].split(", ")[1].split()[0]
             lines.append(f"| {r['backend']} | {r['jobs']} | {calls} | {r['seconds']:g} | "
-                         f"`{r['command']}` |")
+                         f"`{r['command']}` | {_evidence_cells(r, stale)} |")
         lines.append("")
     bad_input = [r for r in scenarios if r["scenario"] == 12 and r.get("extra")]
     if bad_input:
@@ -231,7 +242,10 @@ def soak_section(rows: list[dict[str, Any]]) -> list[str]:
         sentinel = x.get("rss_sentinel_mb") or [None, None, None]
         cancelled = sum(n for k, n in x["mix"].items() if k.startswith("cancel"))
         mib = 1024 * 1024
+        reason = staleness(r)
         out += [f"### {r['backend']}: {x['seconds_of_load'] / 60:g} minutes", "",
+                f"Measured on {_evidence.short(r.get('commit'))}: "
+                f"{_evidence.status_cell(reason)}.", "",
                 f"* **Load**: {r['jobs']} jobs at {x['rate']:g}/s "
                 f"({', '.join(f'{k} {n}' for k, n in sorted(x['mix'].items()))}); "
                 f"{x['cancels_sent']} cancels sent; {x['workers']} workers x {x['slots']} slots.",

@@ -1,0 +1,132 @@
+"""Which commit a published figure was measured on, and whether that code is still HEAD's.
+
+Every result file of the benchmark suite (``bench/results/*.json``) and of the chaos
+suite (``$CONVEYOR_CHAOS_RESULTS/*.json``) records :func:`stamp`: the commit checked out
+when it was measured and whether the *measured code* (the paths below, and only those:
+results, docs and reports are not measured code) was clean, i.e. identical to that
+commit. The reports (``bench/results/summary.md``, the README's performance table,
+``docs/reliability.md``) show each row's commit and mark a row *stale* when its commit is
+unknown, its tree was modified, or its measured code differs from HEAD's
+(:func:`staleness`). ``tests/test_evidence.py`` checks the published reports against git.
+
+Git runs without the system or user configuration (``GIT_CONFIG_NOSYSTEM``,
+``GIT_CONFIG_GLOBAL``), without ``GIT_*`` variables of the environment, never over the
+network, and with ``safe.directory=*`` so that a checkout owned by another user is read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: What determines the benchmark figures: the library, the suite's own code, the
+#: dependencies. Git pathspecs, relative to the repository root.
+BENCH_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)bench/*.py",
+                                   "tests/_pg.py")
+
+#: What determines the chaos results: the library, the scenarios and their harness, the
+#: apps and fixtures they run, the property-based model test.
+CHAOS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)tests/chaos/*.py",
+                                   "tests/apps", "tests/conftest.py", "tests/_pg.py",
+                                   "tests/test_storage_model.py",
+                                   "tests/test_flow_processes.py")
+
+#: A report's header line: ``N of M rows measured on older code``.
+HEADER = re.compile(r"\*\*(\d+) of (\d+) rows\*\* measured on older code")
+SHA = re.compile(r"`([0-9a-f]{7,40})`")
+
+
+class GitUnavailable(RuntimeError):
+    """No git, or no history (an exported tarball): nothing can be compared."""
+
+
+def git(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull,
+               GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C")
+    try:
+        return subprocess.run(["git", "-c", "safe.directory=*", "-c", "core.quotepath=off",
+                               *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                              check=check, timeout=60)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise GitUnavailable(f"git could not run: {exc}") from exc
+
+
+def head() -> str:
+    """HEAD's full sha; :class:`GitUnavailable` when there is no history."""
+    done = git("rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+    if done.returncode != 0 or not done.stdout.strip():
+        raise GitUnavailable(f"{ROOT} has no git history ({done.stderr.strip() or 'no HEAD'})")
+    return done.stdout.strip()
+
+
+def stamp(measured: Sequence[str]) -> dict[str, Any]:
+    """What a result file records: the commit and whether the measured code was clean."""
+    try:
+        commit: str | None = head()
+    except GitUnavailable:
+        return {"commit": None, "clean": None, "measured": list(measured)}
+    status = git("status", "--porcelain", "--untracked-files=all", "--", *measured)
+    clean = None if status.returncode != 0 else not status.stdout.strip()
+    return {"commit": commit, "clean": clean, "measured": list(measured)}
+
+
+def resolve(commit: str) -> str | None:
+    done = git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}")
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
+
+
+def differs_from_head(commit: str, measured: Sequence[str]) -> bool | None:
+    """Whether the measured code at ``commit`` differs from HEAD's (None: unknown commit)."""
+    full = resolve(commit)
+    if full is None:
+        return None
+    done = git("diff", "--quiet", "--no-ext-diff", "--no-textconv", full, "HEAD", "--",
+               *measured)
+    if done.returncode not in (0, 1):
+        return None
+    return done.returncode == 1
+
+
+def staleness(commit: str | None, clean: bool | None, measured: Sequence[str]) -> str | None:
+    """Why a row does not describe HEAD's measured code, or None when it does."""
+    if not commit:
+        return "commit not recorded"
+    differs = differs_from_head(commit, measured)
+    if differs is None:
+        return "commit not in this history"
+    if differs:
+        return "measured code differs from HEAD's"
+    if clean is None:
+        return "clean tree not recorded"
+    if not clean:
+        return "measured on modified code"
+    return None
+
+
+def describe(measured: Sequence[str]) -> str:
+    """The measured paths for a reader: ``src``, ``bench/*.py``, ..."""
+    return ", ".join(f"`{p.removeprefix(':(glob)')}`" for p in measured)
+
+
+def short(commit: str | None) -> str:
+    return f"`{commit[:7]}`" if commit else "unknown"
+
+
+def status_cell(reason: str | None) -> str:
+    return "current" if reason is None else f"**stale**: {reason}"
+
+
+def header(stale: int, total: int, command: str) -> str:
+    """The count every report carries above its rows (checked by tests/test_evidence.py)."""
+    text = f"**{stale} of {total} rows** measured on older code"
+    if stale:
+        return (f"{text}: rerun `{command}` on the current commit. A stale row's figures "
+                "describe the commit in its row, not this one.")
+    return f"{text}: every row was measured on the measured code of this commit."

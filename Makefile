@@ -6,9 +6,11 @@
 #   make test      ruff + mypy --strict + pytest
 #   make lint      ruff + mypy --strict + the import contract (tests/test_layers.py)
 #   make demo      run `conveyor demo`
-#   make bench     the full benchmark suite (about an hour): bench/results/*.json and summary.md
+#   make bench     the full benchmark suite (about an hour), the database probes and the
+#                  py-spy profiles: bench/results/*.json, profiles/, then summary.md and the
+#                  README's performance table, every row stamped with its commit
 #   make chaos     the fault-injection suite in its long mode, soaks included (about 35 min); regenerates
-#                  docs/reliability.md from tests/chaos/results/*.json
+#                  docs/reliability.md from tests/chaos/results/*.json (each with its commit)
 #   make clean     delete .venv, caches and build output
 #
 # PYTHON picks the interpreter for the venv (>= 3.11), e.g. `make install PYTHON=python3.12`.
@@ -50,6 +52,9 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python -m bench --quiet-wait 120
+	$(BIN)/python -m bench.probes
+	$(BIN)/python -m bench.profile
+	$(BIN)/python -m bench --summary-only
 
 chaos: $(STAMP)
 	rm -rf tests/chaos/results

@@ -27,6 +27,7 @@ from ._targets import Target
 from .apps import register
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+README = DEFAULT_OUT.parent.parent / "README.md"
 Run = Callable[[Target], dict[str, Any]]
 
 
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="longest wait for a quiet machine per run (0: do not wait)")
     args = parser.parse_args(argv)
     if args.summary_only:
-        (args.out / "summary.md").write_text(_report.summary(_report.load(args.out)))
+        publish(args.out)
         return 0
     wanted = [p for p in args.cases.split(",") if p]
     cases = [c for c in plan(args.quick, args.steady_seconds)
@@ -183,9 +184,18 @@ def main(argv: list[str] | None = None) -> int:
             run_backend(target, cases, args)
             target.close()
             derive_memory(args.out, backend, environment(target, {}))
-    (args.out / "summary.md").write_text(_report.summary(_report.load(args.out)))
-    print(f"wrote {args.out / 'summary.md'}")
+    publish(args.out)
     return 0
+
+
+def publish(out: Path) -> None:
+    """Rewrite everything the results publish: ``summary.md`` and, for the repository's
+    own results folder, the README's performance table."""
+    docs = _report.load(out)
+    (out / "summary.md").write_text(_report.summary(docs))
+    print(f"wrote {out / 'summary.md'}")
+    if out.resolve() == DEFAULT_OUT and _report.update_readme(README, docs):
+        print(f"wrote the performance table of {README}")
 
 
 def environment(target: Target, params: dict[str, Any]) -> dict[str, Any]:

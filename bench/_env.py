@@ -11,11 +11,11 @@ from importlib import metadata
 from typing import Any
 
 import psycopg
+from tests import _evidence
 
 import conveyor
 from conveyor._storage.sqlite import SQLiteConfig
 from conveyor._storage.sqlite.connection import connect
-from tests import _evidence
 
 #: Pragmas Conveyor's SQLite connection runs with, as read back from a live one.
 SQLITE_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys",

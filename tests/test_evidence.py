@@ -1,0 +1,154 @@
+"""Published figures name the commit they were measured on, and none passes for current
+when its measured code differs from HEAD's.
+
+Every report (``bench/results/summary.md``, the README's generated performance table,
+``docs/reliability.md``) has tables whose last two columns are ``commit`` and ``status``
+and a header ``**N of M rows** measured on older code``. A row may be marked stale
+(``**stale**: why``) whatever its commit; a row that is not must name commits whose
+measured code (``tests/_evidence.py``) is identical to HEAD's. The header must count the
+rows. To fix a failure: rerun the suite (``make bench`` / ``make chaos``) on the current
+commit, or re-render the report so that it marks its rows stale
+(``python -m bench --summary-only``, ``python -m tests.chaos.report tests/chaos/results
+docs/reliability.md``).
+
+Without git history (an exported tarball) nothing can be compared: the test skips with a
+loud reason, unless ``CI=true``, where it fails.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Sequence
+
+import pytest
+
+from . import _evidence
+
+ROOT = _evidence.ROOT
+REPORTS: dict[str, tuple[str, ...]] = {
+    "bench/results/summary.md": _evidence.BENCH_MEASURED,
+    "README.md": _evidence.BENCH_MEASURED,
+    "docs/reliability.md": _evidence.CHAOS_MEASURED,
+}
+CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in CELL_SPLIT.split(line.strip().strip("|"))]
+
+
+def evidence_rows(text: str) -> list[tuple[int, str, str]]:
+    """(line number, commit cell, status cell) of every row of every table whose last two
+    columns are ``commit`` and ``status``."""
+    lines, rows, i = text.splitlines(), [], 0
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith("|") and _cells(line)[-2:] == ["commit", "status"]:
+            i += 2  # the header and the separator
+            while i < len(lines) and lines[i].lstrip().startswith("|"):
+                cells = _cells(lines[i])
+                rows.append((i + 1, cells[-2], cells[-1]))
+                i += 1
+            continue
+        i += 1
+    return rows
+
+
+@functools.cache
+def _differs(commit: str, measured: tuple[str, ...]) -> bool | None:
+    return _evidence.differs_from_head(commit, measured)
+
+
+def problems(text: str, measured: Sequence[str]) -> list[str]:
+    """What a report claims that git contradicts (empty: the report is honest)."""
+    rows = evidence_rows(text)
+    if not rows:
+        return ["no table with `commit` and `status` columns: its figures name no commit"]
+    out = []
+    stale = 0
+    for number, commit_cell, status in rows:
+        if status.startswith("**stale**"):
+            stale += 1
+            continue
+        if status != "current":
+            out.append(f"line {number}: status {status!r} is neither 'current' nor "
+                       "'**stale**: ...'")
+            continue
+        commits = _evidence.SHA.findall(commit_cell)
+        if not commits or _evidence.SHA.sub("", commit_cell).strip(" /"):
+            out.append(f"line {number}: marked current, but its commit cell {commit_cell!r} "
+                       "does not name only commits")
+        for commit in commits:
+            differs = _differs(commit, tuple(measured))
+            if differs is None:
+                out.append(f"line {number}: marked current, but commit {commit} is not in "
+                           "this repository's history")
+            elif differs:
+                out.append(f"line {number}: marked current, but the measured code of commit "
+                           f"{commit} differs from HEAD's")
+    headers = _evidence.HEADER.findall(text)
+    if len(headers) != 1:
+        out.append(f"{len(headers)} headers '**N of M rows** measured on older code' "
+                   "(expected exactly one)")
+    else:
+        claimed = (int(headers[0][0]), int(headers[0][1]))
+        if claimed != (stale, len(rows)):
+            out.append(f"the header says {claimed[0]} of {claimed[1]} rows are stale; the "
+                       f"rows say {stale} of {len(rows)}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def history() -> str:
+    try:
+        return _evidence.head()
+    except _evidence.GitUnavailable as exc:
+        reason = (f"NO GIT HISTORY: the published figures cannot be checked against the "
+                  f"code ({exc})")
+        if os.environ.get("CI", "").strip().lower() == "true":
+            pytest.fail(reason + "; CI=true requires it (check out with full history)")
+        pytest.skip(reason)
+
+
+@pytest.mark.parametrize("report", sorted(REPORTS))
+def test_published_figures_name_their_commit(history: str, report: str) -> None:
+    text = (ROOT / report).read_text(encoding="utf-8")
+    found = problems(text, REPORTS[report])
+    assert not found, (
+        f"{report} publishes figures as current that do not describe HEAD ({history[:7]}):\n  "
+        + "\n  ".join(found)
+        + "\nRerun `make bench` / `make chaos` on this commit, or re-render the report so "
+        "that it marks those rows stale (`python -m bench --summary-only`, `python -m "
+        "tests.chaos.report tests/chaos/results docs/reliability.md`).")
+
+
+def test_the_check_catches_a_stale_row_passed_off_as_current(history: str) -> None:
+    """The check itself can fail: the first commit of the history differs from HEAD in
+    its measured code, so a row that names it as current is refused, while the same row
+    marked stale passes; a wrong header count is refused too."""
+    first = _evidence.git("rev-list", "--max-parents=0", "HEAD").stdout.split()[-1]
+    if not _differs(first, _evidence.BENCH_MEASURED):
+        pytest.skip("the first commit's measured code equals HEAD's")
+    table = ("**{n} of 1 rows** measured on older code\n\n| case | commit | status |\n"
+             "|---|---|---|\n| w1 | `{sha}` | {status} |\n")
+    honest = table.format(n=1, sha=first[:7], status="**stale**: measured code differs")
+    assert problems(honest, _evidence.BENCH_MEASURED) == []
+    lying = table.format(n=0, sha=first[:7], status="current")
+    assert any("differs from HEAD's" in p for p in problems(lying, _evidence.BENCH_MEASURED))
+    miscounted = table.format(n=0, sha=first[:7], status="**stale**: measured code differs")
+    assert any("header says" in p for p in problems(miscounted, _evidence.BENCH_MEASURED))
+    current = table.format(n=0, sha=history[:7], status="current")
+    assert problems(current, _evidence.BENCH_MEASURED) == []
+
+
+def test_result_files_record_commit_and_clean(history: str) -> None:
+    """A stamp names HEAD and judges cleanliness over the measured paths only."""
+    head = history
+    stamp = _evidence.stamp(_evidence.BENCH_MEASURED)
+    assert stamp["commit"] == head and isinstance(stamp["clean"], bool)
+    assert _evidence.staleness(None, True, _evidence.BENCH_MEASURED) == "commit not recorded"
+    assert _evidence.staleness("0" * 40, True, _evidence.BENCH_MEASURED) is not None
+    assert _evidence.staleness(head, False, _evidence.BENCH_MEASURED) is not None
+    assert _evidence.staleness(head, True, _evidence.BENCH_MEASURED) is None

@@ -129,4 +129,4 @@ def header(stale: int, total: int, command: str) -> str:
     if stale:
         return (f"{text}: rerun `{command}` on the current commit. A stale row's figures "
                 "describe the commit in its row, not this one.")
-    return f"{text}: every row was measured on the measured code of this commit."
+    return f"{text}: every row's measured code is identical to this commit's."

@@ -166,6 +166,7 @@ def test_schedules_workers_and_live_updates(session: tuple[Any, str, Conveyor, S
     # The leader badge on the leader's row and on no other: the page's note says "leader"
     # whatever the rows show.
     leader = wait_for(app.get_leader, timeout=20, message="a leader to be elected")
+    assert leader is not None
     page.goto(base + "/workers")
     page.wait_for_selector(f"tr[data-node='{leader.node_id}'] .badge.leader")
     shot("workers")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from typing import NoReturn
 
 import psycopg
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from conveyor import Conveyor, JobState
 
 from . import _pg
-from .conftest import WaitFor, WaitForAsync, truncate_conveyor_tables
+from .conftest import PG_MISSING, WaitFor, WaitForAsync, truncate_conveyor_tables
 
 
 def test_app_enqueues_and_reads_back(app: Conveyor, db_url: str) -> None:
@@ -105,15 +106,33 @@ def test_url_helpers() -> None:
     )
 
 
+def _skip_unless_required(reason: str) -> NoReturn:
+    """Skip, or fail when ``CONVEYOR_REQUIRE_POSTGRES`` says Postgres must be tested."""
+    message = f"{PG_MISSING} {reason}"
+    if _pg.required():
+        pytest.fail(f"{message} ({_pg.ENV_REQUIRE} is set)", pytrace=False)
+    pytest.skip(message)
+
+
+def test_skip_unless_required_fails_when_postgres_is_required(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(_pg.ENV_REQUIRE, "1")
+    with pytest.raises(pytest.fail.Exception, match=_pg.ENV_REQUIRE):
+        _skip_unless_required("no server")
+    monkeypatch.setenv(_pg.ENV_REQUIRE, "0")
+    with pytest.raises(pytest.skip.Exception, match="no server"):
+        _skip_unless_required("no server")
+
+
 @pytest.mark.slow
 @pytest.mark.postgres
 def test_throwaway_cluster_starts_and_is_removed() -> None:
     if os.environ.get(_pg.ENV_URL, "").strip().lower() in _pg.DISABLED_VALUES:
-        pytest.skip(f"Postgres disabled by {_pg.ENV_URL}")
+        _skip_unless_required(f"Postgres disabled by {_pg.ENV_URL}")
     try:
         url, cluster = _pg.start_throwaway()
     except _pg.PostgresUnavailable as exc:
-        pytest.skip(f"cannot start a throwaway cluster here: {exc}")
+        _skip_unless_required(f"cannot start a throwaway cluster here: {exc}")
     try:
         tmpdir = cluster.tmpdir
         assert tmpdir is not None and tmpdir.is_dir()

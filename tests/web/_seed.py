@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import math
 import random
+import re
 import sqlite3
 import threading
 import time
@@ -25,6 +26,7 @@ import psycopg
 from conveyor import Conveyor, Discard, JobState, WorkerConfig
 from conveyor._runtime import Worker
 from conveyor._runtime.metrics import Metrics, minute_of
+from conveyor._storage import NodeUpsertParams
 
 from .._runtime_util import FAST, all_final, run_worker_until
 
@@ -172,6 +174,27 @@ def live_worker(app: Conveyor, queues: dict[str, int] | None = None) -> Iterator
         thread.join(30)
 
 
+def add_follower_node(url: str, node_id: str = "follower-node") -> str:
+    """A live node row that is not the leader (another worker's, as far as the pages can
+    tell), written through a Conveyor of its own; call it off any running event loop."""
+    async def main() -> None:
+        other = Conveyor(url)
+        try:
+            await (await other.storage()).node_upsert(NodeUpsertParams(
+                node_id, "elsewhere", 1, '{"default": 1}', ttl=600.0))
+        finally:
+            await other.close_async()
+
+    asyncio.run(main())
+    return node_id
+
+
+def leader_rows(html: str) -> dict[str, bool]:
+    """Per ``tr[data-node]`` row of the workers page: whether it carries the leader badge."""
+    rows = re.findall(r'<tr data-node="([^"]+)"[^>]*>(.*?)</tr>', html, re.S)
+    return {node: 'class="badge leader"' in body for node, body in rows}
+
+
 def build_world(url: str) -> Conveyor:
     app = make_app(url)
     seed_jobs(app)
@@ -179,4 +202,5 @@ def build_world(url: str) -> Conveyor:
     return app
 
 
-__all__ = ["JobState", "all_final", "build_world", "live_worker", "make_app"]
+__all__ = ["JobState", "add_follower_node", "all_final", "build_world", "leader_rows",
+           "live_worker", "make_app"]

@@ -22,7 +22,8 @@ import pytest
 from conveyor import Conveyor, JobState
 from conveyor.web import create_app
 
-from ._seed import build_world, live_worker
+from ..conftest import WaitFor
+from ._seed import add_follower_node, build_world, live_worker
 from ._server import CHROMIUM, CHROMIUM_ARGS, ENV_REQUIRE, browser_missing, serve
 
 DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
@@ -153,7 +154,8 @@ def test_queue_controls_and_bulk_retry(session: tuple[Any, str, Conveyor, Shots]
     assert {j.state for j in app.list_jobs(task="sync_ledger")} == {JobState.AVAILABLE}
 
 
-def test_schedules_workers_and_live_updates(session: tuple[Any, str, Conveyor, Shots]) -> None:
+def test_schedules_workers_and_live_updates(session: tuple[Any, str, Conveyor, Shots], db_url: str,
+                                           wait_for: WaitFor) -> None:
     page, base, app, shot = session
     page.goto(base + "/schedules")
     shot("schedules")
@@ -161,9 +163,21 @@ def test_schedules_workers_and_live_updates(session: tuple[Any, str, Conveyor, S
     page.wait_for_selector("text=Schedule nightly-report paused.")
     assert [s.row.paused for s in app.list_schedules()] == [True]
 
+    # The leader badge on the leader's row and on no other: the page's note says "leader"
+    # whatever the rows show.
+    leader = wait_for(app.get_leader, timeout=20, message="a leader to be elected")
+    assert leader is not None
     page.goto(base + "/workers")
-    page.wait_for_selector("text=leader")
+    page.wait_for_selector(f"tr[data-node='{leader.node_id}'] .badge.leader")
     shot("workers")
+    # A second live node (after the screenshot, which shows the one real worker) is not.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        follower = pool.submit(add_follower_node, db_url).result()
+    page.goto(base + "/workers")
+    page.wait_for_selector(f"tr[data-node='{follower}']")
+    assert page.locator(f"tr[data-node='{leader.node_id}'] .badge.leader").count() == 1
+    assert page.locator("tr[data-node] .badge.leader").count() == 1
+    assert page.locator(f"tr[data-node='{follower}'] .badge.leader").count() == 0
 
     # A job enqueued elsewhere shows up without a reload.
     page.goto(base + "/jobs?task=send_email")

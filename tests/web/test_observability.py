@@ -24,6 +24,7 @@ from conveyor.cli import cli
 
 from .. import _pg
 from .._runtime_util import FAST, run_worker_until
+from ..conftest import WaitFor
 from ._seed import make_app
 from .conftest import browser_for
 
@@ -189,15 +190,25 @@ def test_dashboard_command_needs_a_reachable_database(tmp_path: Path) -> None:
     assert result.exit_code == 3
 
 
-def test_workers_page_shows_live_nodes_and_the_leader(db_url: str) -> None:
-    from ._seed import live_worker
+def test_workers_page_shows_live_nodes_and_the_leader(db_url: str, wait_for: WaitFor) -> None:
+    """The leader badge is on the leader's row and on no other (the page's note mentions
+    "leader" whatever the rows say)."""
+    from ._seed import add_follower_node, leader_rows, live_worker
 
     app = make_app(db_url)
     try:
         with live_worker(app) as worker:
+            follower = add_follower_node(db_url)
+            reader = Conveyor(db_url)
+            try:
+                wait_for(lambda: (leader := reader.get_leader()) is not None
+                         and leader.node_id == worker.node_id, timeout=20,
+                         message="the live worker to be elected leader")
+            finally:
+                reader.close()
             for b in browser_for(app):
-                html = b.get("/workers").text
-                assert f'data-node="{worker.node_id}"' in html and "leader" in html
+                rows = leader_rows(b.get("/workers").text)
+                assert rows == {worker.node_id: True, follower: False}
     finally:
         app.close()
 

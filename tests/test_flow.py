@@ -280,6 +280,10 @@ def test_explain_names_every_reason(app: Conveyor) -> None:
         async def during(worker: Worker) -> None:
             await _until(in_state(app, failing, JobState.RETRYABLE))
             await _until(in_state(app, first, JobState.RUNNING))
+            # second and third were claimed with first, then held back by the limits:
+            # their way back to scheduled is an outcome write that may still be pending.
+            await _until(in_state(app, second, JobState.SCHEDULED))
+            await _until(in_state(app, third, JobState.SCHEDULED))
             text = {j.id: await _reasons(app, j.id) for j in (later, failing, first, second)}
             assert "scheduled for" in text[later.id]
             assert "backoff after attempt 1 failed (ValueError: upstream down)" in text[failing.id]

@@ -164,7 +164,11 @@ def render(results: list[dict[str, Any]]) -> str:
     lines += ["## Behaviour worth knowing", "",
               "* **CPU-bound handlers** (scenario 13): heartbeats run on the worker's event "
               "loop. A *sync* handler runs in a thread and the interpreter hands the GIL "
-              "back every 5 ms, so a pure-Python loop of any length keeps its lease. An "
+              "back every 5 ms, so a pure-Python loop of any length keeps its lease, provided "
+              "the lease leaves the heartbeat room: with several spinning threads on a "
+              "loaded machine a heartbeat can wait a second or more for the GIL and the "
+              "database, so keep the lease well above that (the default is 30 s; a 1.5 s "
+              "lease lost one job in about four long runs here). An "
               "*async* handler that computes without awaiting blocks the loop itself: past "
               "the lease it is rescued and run again elsewhere, and its late completion is "
               "refused. The same holds for C extensions that keep the GIL longer than the "

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import Cancel, Conveyor, Discard, Snooze, Throttle, WorkerConfig
+from conveyor import Cancel, Conveyor, Discard, Snooze, Task, Throttle, WorkerConfig
 from conveyor._runtime.cron import declare_schedules
 from conveyor._storage import ScheduleAdvanceParams
 
@@ -73,7 +73,7 @@ def tags(event: dict[str, Any]) -> dict[str, str]:
     return dict(raw) if isinstance(raw, dict) else {k: v for k, v in raw}
 
 
-def failing(app: Conveyor, kind: str) -> Callable[..., Any]:
+def failing(app: Conveyor, kind: str) -> Task[Any, Any]:
     """A task that always raises, sync or async."""
     if kind == "async":
         async def broken_async(order: int, card: dict[str, str]) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 
-from conveyor import Cancel, Conveyor, Discard, Snooze, Task, Throttle, WorkerConfig
+from conveyor import Cancel, Conveyor, Discard, Snooze, Task, Throttle, WorkerConfig, current_job
 from conveyor._runtime.cron import declare_schedules
 from conveyor._storage import ScheduleAdvanceParams
 
@@ -327,3 +328,83 @@ def test_monitor_slug() -> None:
     assert monitor_slug("Billing: Nightly Invoices!") == "billing-nightly-invoices"
     assert len(monitor_slug("x" * 80)) == 50
     assert monitor_slug("***") == "conveyor-schedule"
+
+
+def test_a_job_no_handler_runs_for_is_reported_by_the_logging_integration(
+        db_url: str, sentry: Capture) -> None:
+    """An unknown task never reaches the middleware: the worker's error log is the
+    event (Sentry's default logging integration), with the job in its extra data."""
+    producer = Conveyor(db_url)
+
+    @producer.task
+    def ghost() -> None: ...
+
+    job = ghost.enqueue()
+    producer.close()
+    worker_app = Conveyor(db_url)
+    try:
+        install(worker_app)
+        drain(worker_app)
+        [event] = sentry.events()
+        assert event["logger"] == "conveyor.job"
+        assert "unknown task 'ghost'" in event["logentry"]["message"]
+        assert event["extra"]["job_id"] == job.id and event["extra"]["task"] == "ghost"
+    finally:
+        worker_app.close()
+
+
+def test_jobs_the_worker_stops_are_no_error(app: Conveyor, sentry: Capture) -> None:
+    """``app.cancel_job`` on running periodic jobs, one async and one sync: no event,
+    and their check-ins are left open (not ``ok``, not ``error``)."""
+    install(app, failures="attempt")
+
+    @app.periodic(cron="0 3 * * *", max_attempts=1)
+    async def hang() -> None:
+        await asyncio.sleep(60)
+
+    @app.periodic(cron="0 4 * * *", max_attempts=1)
+    def spin() -> None:  # sync: it sees the cancel and returns
+        while not current_job().cancelled:
+            time.sleep(0.005)
+
+    _tick_now(app, "hang")
+    _tick_now(app, "spin")
+
+    async def cancel_both(worker: Any) -> None:
+        deadline = time.monotonic() + 20
+        while len(running := await app.list_jobs_async(state="running")) < 2:
+            assert time.monotonic() < deadline, "both jobs should be running"
+            await asyncio.sleep(0.01)
+        for job in running:
+            await app.cancel_job_async(job.id)
+
+    async def run() -> None:
+        try:
+            await run_worker_until(app, all_final(app), dataclasses.replace(FAST, cron_interval=0.05),
+                                   during=cancel_both)
+        finally:
+            await app.close_async()
+
+    asyncio.run(run())
+    assert app.count_jobs()["cancelled"] == 2
+    assert sentry.events() == []
+    assert [c["status"] for c in sentry.checkins()] == ["in_progress", "in_progress"]
+
+
+def test_a_snoozed_periodic_job_continues_its_check_in(app: Conveyor, sentry: Capture) -> None:
+    """A snooze uses no attempt: the next run continues the same check-in, then ``ok``."""
+    install(app)
+    runs: list[int] = []
+
+    @app.periodic(cron="0 3 * * *")
+    async def later() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise Snooze(0)
+
+    _tick_now(app, "later")
+    _run_periodic(app)
+    checkins = sentry.checkins()
+    assert [c["status"] for c in checkins] == ["in_progress", "in_progress", "ok"]
+    assert len({c["check_in_id"] for c in checkins}) == 1
+    assert sentry.events() == []

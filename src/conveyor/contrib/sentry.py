@@ -114,7 +114,9 @@ class _Reporter:
             self._tag(scope, ctx)
             try:
                 result = await call_next()
-                status = MonitorStatus.OK
+                # A sync handler that returns after being stopped: the worker records a
+                # cancel or gives the job back, as it does for async ones (left open).
+                status = None if ctx.cancelled else MonitorStatus.OK
                 return result
             except (Snooze, Throttle):
                 status = None  # the same attempt runs again later: its check-in stays open

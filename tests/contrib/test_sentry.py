@@ -313,7 +313,7 @@ def test_manual_runs_and_plain_jobs_send_no_check_in(app: Conveyor, sentry: Capt
 
 @pytest.mark.parametrize(("expr", "expected"), [
     ("*/5 * * * *", "*/5 * * * *"),
-    ("@daily", "0 0 * * *"),
+    ("  0   0 * *  * ", "0 0 * * *"),
     ("0 9-17/2 * * 1-5", "0 9-17/2 * * 1-5"),
     ("* * * * * *", None),          # a seconds field: Sentry has none
     ("0 0 L * *", None),            # not every parser knows L
@@ -408,3 +408,47 @@ def test_a_snoozed_periodic_job_continues_its_check_in(app: Conveyor, sentry: Ca
     assert [c["status"] for c in checkins] == ["in_progress", "in_progress", "ok"]
     assert len({c["check_in_id"] for c in checkins}) == 1
     assert sentry.events() == []
+
+
+def test_a_schedule_added_at_runtime_gets_its_config_from_the_database(
+        app: Conveyor, sentry: Capture) -> None:
+    install(app)
+
+    @app.task
+    def export() -> None:
+        pass
+
+    app.add_schedule("exports", task="export", cron="0 * * * *", timezone="America/New_York")
+    _tick_now(app, "exports")
+    _run_periodic(app)
+    first, last = sentry.checkins()
+    assert (first["status"], last["status"]) == ("in_progress", "ok")
+    assert first["monitor_config"] == {"schedule": {"type": "crontab", "value": "0 * * * *"},
+                                       "timezone": "America/New_York"}
+
+
+def test_a_failing_redactor_does_not_fail_the_job(app: Conveyor, sentry: Capture) -> None:
+    def broken_redactor(job: Any) -> Any:
+        raise RuntimeError("redactor bug")
+
+    install(app, redact=broken_redactor)
+
+    @app.task
+    def fine() -> int:
+        return 1
+
+    job = fine.enqueue()
+    drain(app)
+    assert app.get_job(job.id).state.value == "completed"  # type: ignore[union-attr]
+
+
+def test_without_sentry_init_jobs_run_as_usual(app: Conveyor) -> None:
+    install(app)
+
+    @app.task(max_attempts=1)
+    async def boom() -> None:
+        raise ValueError("nobody listens")
+
+    job = boom.enqueue()
+    drain(app)
+    assert app.get_job(job.id).state.value == "discarded"  # type: ignore[union-attr]

@@ -58,16 +58,14 @@ Failures = Literal["final", "attempt"]
 #: Check-in ids are derived from the job and attempt: the same attempt resumed after a
 #: snooze or a shutdown (which use no attempt) continues its check-in on any worker.
 _CHECKIN_NAMESPACE = uuid.UUID("8c1d5a0e-3f7b-4b8e-9a57-6c0f8d2e4a11")
-#: Crontab aliases cronsim accepts and Sentry's crontab parser may not.
-_ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
-            "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
-            "@hourly": "0 * * * *"}
 #: Fields made of numbers, ``*``, lists, ranges and steps: what every cron dialect
 #: reads the same way (no ``L``, ``W``, ``#``, ``?`` or names).
 _PORTABLE_FIELD = re.compile(r"(\*|\d+(-\d+)?)(/\d+)?(,(\*|\d+(-\d+)?)(/\d+)?)*")
 _SLUG = re.compile(r"[^a-z0-9_-]+")
 #: How long a schedule read from the database (not defined in code) is trusted.
 _SCHEDULE_TTL = 60.0
+#: Seconds that lookup may delay the job before its check-in goes without a config.
+_LOOKUP_TIMEOUT = 2.0
 
 
 def install(app: Conveyor, *, failures: Failures = "final", monitor_schedules: bool = True,
@@ -105,13 +103,16 @@ class _Reporter:
         self._stored: dict[str, tuple[float, tuple[str, str] | None]] = {}
 
     async def middleware(self, ctx: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        if not sentry_sdk.get_client().is_active():
+            return await call_next()  # sentry_sdk.init was not called (or had no DSN)
         checkin = await self._checkin_start(ctx) if self.monitor_schedules else None
         started = time.monotonic()
         status: str | None = MonitorStatus.ERROR
         with sentry_sdk.isolation_scope() as scope:
-            scope.clear_breadcrumbs()
-            scope.set_transaction_name(ctx.task, source="task")
-            self._tag(scope, ctx)
+            with capture_internal_exceptions():  # a failing redactor never fails the job
+                scope.clear_breadcrumbs()
+                scope.set_transaction_name(ctx.task, source="task")
+                self._tag(scope, ctx)
             try:
                 result = await call_next()
                 # A sync handler that returns after being stopped: the worker records a
@@ -230,7 +231,9 @@ class _Reporter:
         if cached is not None and time.monotonic() - cached[0] < _SCHEDULE_TTL:
             return cached[1]
         found = None
-        for info in await self.app.list_schedules_async():
+        async with asyncio.timeout(_LOOKUP_TIMEOUT):
+            schedules = await self.app.list_schedules_async()
+        for info in schedules:
             if info.row.name == name:
                 found = (info.row.cron, info.row.timezone)
         self._stored[name] = (time.monotonic(), found)
@@ -269,7 +272,6 @@ def monitor_slug(schedule: str) -> str:
 def sentry_crontab(expr: str) -> str | None:
     """``expr`` as a five-field crontab every parser reads alike, or None (the
     monitor is then left to be configured in Sentry)."""
-    expr = _ALIASES.get(expr.strip().lower(), expr)
     fields = expr.split()
     if len(fields) != 5 or not all(_PORTABLE_FIELD.fullmatch(f) for f in fields):
         return None

@@ -150,14 +150,24 @@ def test_bad_timeout_is_refused(app: Conveyor, timeout: Any) -> None:
 # -- multiprocess mode ---------------------------------------------------------------------
 
 APP_MODULE = """
+    import os
     import time
+    from pathlib import Path
+
     from conveyor import Conveyor
 
     app = Conveyor()
+    LEDGER = Path(os.environ["PROM_TEST_LEDGER"])
 
     @app.task(max_attempts=1)
     def step(n: int) -> int:
-        time.sleep(0.02)
+        # Every job waits (30 s at most) until both worker processes have started one,
+        # so that the totals are surely the sum of two processes' work.
+        with LEDGER.open("a") as ledger:
+            ledger.write(f"{os.getpid()}\\n")
+        deadline = time.monotonic() + 30
+        while len(set(LEDGER.read_text().split())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
         if n % 10 == 0:
             raise ValueError("every tenth fails")
         return n
@@ -194,7 +204,9 @@ def test_multiprocess_mode_beside_worker_processes(db_url: str, tmp_path: Path) 
     (tmp_path / "promapp.py").write_text(textwrap.dedent(APP_MODULE))
     multiproc = tmp_path / "multiproc"
     multiproc.mkdir()
+    ledger = tmp_path / "pids.txt"
     env = {**os.environ, "CONVEYOR_URL": db_url, "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
+           "PROM_TEST_LEDGER": str(ledger),
            "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT / 'src'}"}
     app = Conveyor(db_url)
     try:
@@ -219,8 +231,9 @@ def test_multiprocess_mode_beside_worker_processes(db_url: str, tmp_path: Path) 
     assert value(found, "conveyor_database_up") == 1
     names = [f.name for f in text_string_to_metric_families(_python(SCRAPE, env, cwd=tmp_path))]
     assert len(names) == len(set(names))  # no family twice
+    assert len(set(ledger.read_text().split())) == 2, "both worker processes ran jobs"
     ran_on = _ran_on(db_url)
-    assert len(ran_on) == 2, f"both worker processes should have run jobs: {ran_on}"
+    assert len(ran_on) == 2 and sum(ran_on.values()) == 54, ran_on
 
 
 def _jobs(app: Conveyor, jobs: int) -> list[Any]:

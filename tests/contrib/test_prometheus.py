@@ -256,3 +256,11 @@ def _ran_on(db_url: str) -> dict[str, int]:
         return nodes
     finally:
         app.close()
+
+
+def test_without_the_extra_the_import_error_says_what_to_install() -> None:
+    code = ("import sys; sys.modules['prometheus_client'] = None; import conveyor; "
+            "import conveyor.contrib.prometheus")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "pip install 'conveyor[prometheus]'" in done.stderr

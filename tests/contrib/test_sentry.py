@@ -452,3 +452,14 @@ def test_without_sentry_init_jobs_run_as_usual(app: Conveyor) -> None:
     job = boom.enqueue()
     drain(app)
     assert app.get_job(job.id).state.value == "discarded"  # type: ignore[union-attr]
+
+
+def test_without_the_extra_the_import_error_says_what_to_install() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['sentry_sdk'] = None; import conveyor; "
+            "import conveyor.contrib.sentry")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "pip install 'conveyor[sentry]'" in done.stderr

@@ -83,9 +83,10 @@ def all_final_default(app: Conveyor):
 
 def test_label_values_are_escaped() -> None:
     from conveyor._storage import MetricTotal
-    from conveyor.web._series import exposition
+    from conveyor.contrib import prometheus
 
-    text = exposition([MetricTotal('q"1', "t\\x\n", "completed", 2)], [], ['q"1'], 0, "1")
+    snapshot = prometheus.Snapshot([MetricTotal('q"1', "t\\x\n", "completed", 2)], [], ['q"1'], 0)
+    text = prometheus.exposition(prometheus.families(snapshot, "1")).decode()
     found = families(text)
     sample = found["conveyor_jobs_finished"].samples[0]  # type: ignore[attr-defined]
     assert sample.labels == {"queue": 'q"1', "task": "t\\x\n", "outcome": "completed"}

@@ -8,7 +8,6 @@ import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
 from .._app import ScheduleInfo
 from .._job import ACTIVE_STATES, DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
 from .._storage import (
@@ -17,8 +16,9 @@ from .._storage import (
     JobFilter,
     StateCount,
 )
+from ..contrib import prometheus as _prometheus
 from ._redact import Redactor
-from ._series import Series, build_series, exposition, exposition_down, hour_window, per_queue
+from ._series import Series, build_series, hour_window, per_queue
 
 if TYPE_CHECKING:
     from .._operations import Operations
@@ -331,16 +331,12 @@ async def health(ops: Operations, timeout: float = 3.0) -> DbHealth:
     return await ops.health(timeout)
 
 
-async def prometheus(ops: Operations) -> str:
-    counts = await state_counts(ops)
-    alive = await ops.alive_nodes()
-    names = {c.queue for c in counts if c.queue is not None}
-    names |= {q.name for q in await ops.queue_rows()}
-    names |= {q for n in alive for q in n.queues}
-    return exposition(await ops.metric_totals(), counts, sorted(names), len(alive),
-                      __version__)
+async def prometheus(ops: Operations) -> bytes:
+    """``/metrics``: the same families as ``conveyor.contrib.prometheus.ConveyorCollector``
+    (one code path), read on the dashboard's event loop."""
+    return _prometheus.exposition(_prometheus.families(await _prometheus.read(ops.app)))
 
 
-def prometheus_down() -> str:
+def prometheus_down() -> bytes:
     """``/metrics`` while the database cannot be used: ``conveyor_database_up 0``."""
-    return exposition_down(__version__)
+    return _prometheus.exposition(_prometheus.families(None))

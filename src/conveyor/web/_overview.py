@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..contrib.prometheus import CONTENT_TYPE
 from . import _data
 from ._charts import Line, bars, lines
 from ._context import Context
 from ._format import percent, seconds
-
-PROMETHEUS = "text/plain; version=0.0.4; charset=utf-8"
 
 
 async def overview(ctx: Context, request: Request) -> Response:
@@ -50,12 +49,12 @@ def unhealthy(ctx: Context, request: Request, reason: str) -> Response:
 
 
 async def metrics(ctx: Context, request: Request) -> Response:
-    return PlainTextResponse(await _data.prometheus(ctx.ops), media_type=PROMETHEUS)
+    return Response(await _data.prometheus(ctx.ops), media_type=CONTENT_TYPE)
 
 
 def metrics_down(ctx: Context, request: Request, reason: str) -> Response:
     """Scrapers get an answer, not a hang: the database is down, as a gauge."""
-    return PlainTextResponse(_data.prometheus_down(), media_type=PROMETHEUS)
+    return Response(_data.prometheus_down(), media_type=CONTENT_TYPE)
 
 
 def routes(ctx: Context) -> list[Route]:

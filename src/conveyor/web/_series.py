@@ -1,19 +1,18 @@
 """Metric rollups turned into what the overview charts and ``/metrics`` show:
-per-minute series for the last hour, percentiles from histogram buckets, and the
-Prometheus text exposition format (version 0.0.4), written without prometheus-client.
+per-minute series for the last hour and percentiles from histogram buckets (``/metrics``
+is ``conveyor.contrib.prometheus``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from .._job import ACTIVE_STATES
-from .._runtime.metrics import BOUNDS, FAILED, OUTCOMES, minute_of
-from .._storage import DepthPoint, MetricPoint, MetricTotal, StateCount
+from .._runtime.metrics import BOUNDS, FAILED, minute_of
+from .._storage import DepthPoint, MetricPoint
 
 DEPTH_STATES = tuple(s.value for s in ACTIVE_STATES)
 
@@ -107,87 +106,3 @@ def per_queue(points: Iterable[MetricPoint]) -> dict[str, dict[str, float]]:
     for p in points:
         out[p.queue][p.metric] += p.value
     return out
-
-
-# -- Prometheus ----------------------------------------------------------------------------
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(**labels: str) -> str:
-    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in labels.items()) + "}"
-
-
-def _num(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(value)
-
-
-def _family(name: str, kind: str, help_text: str) -> list[str]:
-    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-
-
-def _histogram(name: str, help_text: str, series: dict[tuple[str, str], dict[str, float]],
-               prefix: str) -> list[str]:
-    lines = _family(name, "histogram", help_text)
-    for (queue, task), values in sorted(series.items()):
-        if values.get(f"{prefix}_count", 0) <= 0:
-            continue
-        cumulative = 0.0
-        for bound, count in zip([*BOUNDS, math.inf], histogram(values, prefix), strict=True):
-            cumulative += count
-            le = "+Inf" if math.isinf(bound) else repr(bound)
-            lines.append(f"{name}_bucket{_labels(queue=queue, task=task, le=le)} {_num(cumulative)}")
-        labels = _labels(queue=queue, task=task)
-        lines.append(f"{name}_sum{labels} {_num(values.get(f'{prefix}_sum', 0.0))}")
-        lines.append(f"{name}_count{labels} {_num(values[f'{prefix}_count'])}")
-    return lines
-
-
-def exposition(totals: Iterable[MetricTotal], counts: Iterable[StateCount], queues: Iterable[str],
-               workers_alive: int, version: str) -> str:
-    """The ``/metrics`` document: counters and histograms from the database's running
-    totals (so every node's work counts, and restarts lose nothing), gauges live."""
-    by_key: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
-    for t in totals:
-        by_key[(t.queue, t.task)][t.metric] = t.value
-    lines = _family("conveyor_jobs_finished_total", "counter",
-                    "Job attempts finished, by queue, task and outcome.")
-    for (queue, task), values in sorted(by_key.items()):
-        for outcome in OUTCOMES:
-            if outcome in values:
-                labels = _labels(queue=queue, task=task, outcome=outcome)
-                lines.append(f"conveyor_jobs_finished_total{labels} {_num(values[outcome])}")
-    lines += _histogram("conveyor_job_run_seconds", "Run time of job attempts.", by_key,
-                        "runtime")
-    lines += _histogram("conveyor_job_queue_latency_seconds",
-                        "Time from a job being due to its attempt starting.", by_key, "latency")
-    depth: dict[tuple[str, str], int] = {(q, s): 0 for q in queues for s in DEPTH_STATES}
-    for c in counts:
-        if c.queue is not None:
-            depth[(c.queue, c.state.value)] = c.n
-    lines += _family("conveyor_queue_jobs", "gauge", "Jobs waiting or running, by queue and state.")
-    lines += [f"conveyor_queue_jobs{_labels(queue=q, state=s)} {n}"
-              for (q, s), n in sorted(depth.items())]
-    lines += _family("conveyor_workers", "gauge", "Worker nodes with a recent heartbeat.")
-    lines.append(f"conveyor_workers {workers_alive}")
-    return "\n".join(lines + _database_up(1) + _build_info(version)) + "\n"
-
-
-def exposition_down(version: str) -> str:
-    """``/metrics`` while the database cannot be used: only what is known."""
-    return "\n".join(_database_up(0) + _build_info(version)) + "\n"
-
-
-def _database_up(up: int) -> list[str]:
-    return [*_family("conveyor_database_up", "gauge",
-                     "1 when the dashboard reached the database for this scrape, else 0."),
-            f"conveyor_database_up {up}"]
-
-
-def _build_info(version: str) -> list[str]:
-    return [*_family("conveyor_build_info", "gauge", "The Conveyor version serving /metrics."),
-            f"conveyor_build_info{_labels(version=version)} 1"]

@@ -90,7 +90,7 @@ def conveyor_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Ite
         yield f"sqlite:///{tmp_path / 'conveyor.db'}"
         return
     server, template_name = template
-    name, url = create_database(server, "conveyor_test", template=template_name)
+    name, url = create_database(server, "conveyor_tdb", template=template_name)
     try:
         yield url
     finally:

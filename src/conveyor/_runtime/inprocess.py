@@ -187,7 +187,8 @@ class InProcessRunner:
         while max_jobs is None or len(result) < max_jobs:
             await self.stager.run_once()
             if include_scheduled:
-                for queue in queues or [None]:
+                wanted: Sequence[str | None] = queues if queues is not None else [None]
+                for queue in wanted:
                     await self._storage.job_stage_early(JobStageEarlyParams(queue))
             ran = 0
             for queue in queues if queues is not None else await self._ready_queues():

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from .._errors import unique_held
 from .._job import DISCARDABLE_FROM, RETRYABLE_FROM, STAGED_STATES, Job, JobState
+from .clock import testing_queries, virtual_queries
 from .control_types import (
     ConcurrencyHoldersParams,
     JobCountAheadParams,
@@ -39,13 +40,12 @@ from .control_types import (
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
 )
-from .clock import testing_queries, virtual_queries
 from .job_types import (
     FailureGroup,
     JobBulkParams,
     JobCancelParams,
-    JobClaimOneParams,
     JobChanged,
+    JobClaimOneParams,
     JobCountByQueueParams,
     JobCountByStateParams,
     JobCountCappedParams,

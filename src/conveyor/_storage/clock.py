@@ -16,9 +16,8 @@ from importlib import resources
 
 from .schema import _NAME
 
-#: The table that holds the offset (one row); created by ``clock_setup``.
-TABLE = "conveyor_test_clock"
-_OFFSET = f"coalesce((SELECT offset_seconds FROM {TABLE} WHERE id = 1), 0.0)"
+#: The offset, from its one-row table (``clock_create`` in ``<dialect>/testing.sql``).
+_OFFSET = "coalesce((SELECT offset_seconds FROM conveyor_test_clock WHERE id = 1), 0.0)"
 
 _SQLITE_NOW = "(julianday('now') - 2440587.5) * 86400.0"
 _SQLITE_VIRTUAL = f"({_SQLITE_NOW} + {_OFFSET})"

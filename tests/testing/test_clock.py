@@ -92,16 +92,18 @@ def test_a_rate_limit_refills_with_the_clock(conveyor_app: Conveyor,
     def report(n: int) -> int:
         return n
 
-    report.enqueue(1)
-    report.enqueue(2)
+    for n in (1, 2, 3):
+        report.enqueue(n)
     first = app.drain()
     assert [o.result for o in first.completed] == [1]
-    assert [j.args for j in first.held] == [[2]]  # over the limit: back to wait
+    assert [j.args for j in first.held] == [[2], [3]]  # over the limit: back to wait
     assert len(app.drain()) == 0
     conveyor_clock.advance(minutes=30)
     assert len(app.drain()) == 0
     conveyor_clock.advance(minutes=31)
-    assert [o.result for o in app.drain().completed] == [2]
+    assert [o.result for o in app.drain().completed] == [2]  # one an hour
+    conveyor_clock.advance(hours=1)
+    assert [o.result for o in app.drain().completed] == [3]
 
 
 def test_a_unique_period_is_measured_on_the_clock(conveyor_app: Conveyor,

@@ -212,9 +212,9 @@ class InProcessRunner:
                     f"drain stopped after {MAX_DRAIN_ATTEMPTS} attempts (the last: "
                     f"{last.task if last else '?'} {last.kind if last else ''}): a job that "
                     "snoozes for ever? Pass max_jobs= to run a bounded number")
-            claimed = await producer.run_once()
+            await producer.run_once()
             await self._write_held(result)
-            if not claimed:
+            if producer.idle and not self._ready:  # nothing claimed, nothing held back
                 return ran
             while self._ready:
                 job = self._ready.pop(0)

@@ -101,9 +101,11 @@ def test_a_rate_limit_refills_with_the_clock(conveyor_app: Conveyor,
     conveyor_clock.advance(minutes=30)
     assert len(app.drain()) == 0
     conveyor_clock.advance(minutes=31)
-    assert [o.result for o in app.drain().completed] == [2]  # one an hour
+    second = [o.result for o in app.drain().completed]  # one an hour (either one: both
+    assert len(second) == 1                                # waited about an hour)
     conveyor_clock.advance(hours=1)
-    assert [o.result for o in app.drain().completed] == [3]
+    third = [o.result for o in app.drain().completed]
+    assert sorted(second + third) == [2, 3]
 
 
 def test_a_unique_period_is_measured_on_the_clock(conveyor_app: Conveyor,

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from conveyor import Conveyor, JobState, Snooze, Unique
+from conveyor import Conveyor, JobState, Snooze, Unique, WorkerConfig
 from conveyor._storage import create_storage, load_queries
 from conveyor._storage.wake import WakeHub
 from conveyor.testing import VirtualClock
@@ -186,3 +186,27 @@ def test_bad_steps_are_refused() -> None:
     with pytest.raises(TypeError):
         Conveyor("sqlite:///x.db", clock=object())  # type: ignore[arg-type]
     assert clock.offset == 0
+
+
+def test_a_real_worker_on_the_clock_runs_what_the_clock_made_due(
+        conveyor_app: Conveyor, conveyor_clock: VirtualClock) -> None:
+    app = conveyor_app
+
+    @app.task
+    def later() -> str:
+        return "done"
+
+    job = later.options(delay=3600).enqueue()
+
+    async def burst() -> None:
+        try:
+            await app.run_worker({"default": 2}, config=WorkerConfig(burst=True))
+        finally:
+            await app.close_async()
+
+    asyncio.run(burst())
+    assert app.get_job(job.id).state is JobState.SCHEDULED  # type: ignore[union-attr]
+    conveyor_clock.advance(hours=1, seconds=1)
+    asyncio.run(burst())  # a worker's own stager, claims and acks, on virtual time
+    done = app.get_job(job.id)
+    assert done is not None and (done.state, done.result) == (JobState.COMPLETED, "done")

@@ -3,9 +3,11 @@ each attempt did. And the assertions, read through the app's public reads."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from conveyor import Cancel, Conveyor, JobState, Snooze
+from conveyor import Cancel, Conveyor, DatabaseUnavailableError, JobState, Snooze
 from conveyor.testing import assert_enqueued, enqueued_jobs, refute_enqueued
 
 
@@ -119,3 +121,25 @@ def test_assertions_pass_fail_and_say_what_was_enqueued(conveyor_app: Conveyor) 
         assert_enqueued("send")  # a name needs app=
     with pytest.raises(ValueError):
         assert_enqueued(send, count=-1)
+
+
+def test_a_dead_database_is_a_clear_error_and_inline_loses_nothing(tmp_path: Path) -> None:
+    dead = Conveyor("postgresql://postgres@127.0.0.1:1/nowhere")
+    try:
+        with pytest.raises(DatabaseUnavailableError, match="cannot use PostgreSQL"):
+            dead.drain()
+        with pytest.raises(DatabaseUnavailableError):
+            dead.drain(max_jobs=1, queues=["default"])
+    finally:
+        dead.close()
+    app = Conveyor(f"sqlite:///{tmp_path / 'jobs.db'}")
+    try:
+        @app.task
+        def crash() -> None:
+            raise SystemExit(3)  # even this is the attempt's failure, stored
+
+        with app.inline():
+            job = crash.enqueue()
+        assert job.state is JobState.RETRYABLE and "SystemExit" in job.errors[0]["error"]
+    finally:
+        app.close()

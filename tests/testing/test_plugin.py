@@ -86,3 +86,39 @@ def test_a_bad_app_setting_is_a_clear_error(tmp_path: Path) -> None:
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert "conveyor_app = 'nosuchmodule:app' cannot be loaded" in done.stdout + done.stderr
+
+
+def test_rebind_points_an_app_elsewhere_and_back(db_url: str, tmp_path: Path) -> None:
+    """What the plugin does to a user's app: its tasks follow it to the test database,
+    sync and async connections opened there are closed, and it comes back."""
+    import asyncio
+
+    from conveyor import Conveyor
+    from conveyor.testing import VirtualClock
+
+    home = f"sqlite:///{tmp_path / 'home.db'}"
+    app = Conveyor(home)
+    try:
+        @app.task
+        def ping() -> None: ...
+
+        ping.enqueue()
+        clock = VirtualClock()
+        with app.rebind(db_url, clock=clock):
+            assert app.url == db_url and app.clock is clock
+            ping.enqueue()
+            ping.enqueue()
+
+            async def more() -> None:
+                await ping.enqueue_async()
+
+            asyncio.run(more())  # a loop that ends inside the block
+            assert app.count_jobs()["available"] == 3
+            clock.advance(hours=1)
+        assert app.url == home and app.clock is None
+        assert app.count_jobs()["available"] == 1  # the home database, untouched
+        clock.advance(hours=1)  # detached: writes to nobody
+        with app.rebind(db_url):
+            assert app.count_jobs()["available"] == 3  # the other database kept its jobs
+    finally:
+        app.close()

@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model", (
         "conveyor._job", "conveyor._errors", "conveyor._config", "conveyor._payload",
         "conveyor._cron", "conveyor._limits", "conveyor._context", "conveyor._portal",
-        "conveyor._logfields", "conveyor._redact",
+        "conveyor._logfields", "conveyor._redact", "conveyor._clock",
     )),
     ("storage", ("conveyor._storage",)),
     # what an app is made of (tasks, hooks), and the choke point every write passes

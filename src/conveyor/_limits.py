@@ -81,7 +81,8 @@ class Unique:
             raise ValueError("Unique.period must be a positive number of seconds")
 
     def full_key(self, task: str, override: str | None, args: Sequence[Any],
-                 kwargs: dict[str, Any], args_json: str, kwargs_json: str) -> str:
+                 kwargs: dict[str, Any], args_json: str, kwargs_json: str,
+                 now: float | None = None) -> str:
         if override is not None:
             base = override
         elif isinstance(self.key, str):
@@ -92,7 +93,7 @@ class Unique:
             base = hashlib.sha256(f"{args_json}|{kwargs_json}".encode()).hexdigest()[:32]
         key = f"{task}:{base}"
         if self.period is not None:
-            key += f":{int(time.time() // self.period)}"
+            key += f":{int((time.time() if now is None else now) // self.period)}"
         if len(key) > 500:
             raise ValueError(f"unique key of task {task!r} is over 500 characters")
         return key

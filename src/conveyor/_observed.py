@@ -23,12 +23,14 @@ from ._storage import (
     JobBulkParams,
     JobCancelParams,
     JobChanged,
+    JobClaimOneParams,
     JobFetchAvailableParams,
     JobGetParams,
     JobInsertManyParams,
     JobRescueExpiredParams,
     JobRetryParams,
     JobStageDueParams,
+    JobStageEarlyParams,
     StagedJob,
     Storage,
 )
@@ -122,6 +124,15 @@ class ObservedStorage:
                         for j in jobs])
         return jobs
 
+    async def job_claim_one(self, params: JobClaimOneParams) -> Job | None:
+        """The testing toolkit's claim of one chosen job: the same event as a claim."""
+        job = await self.inner.job_claim_one(params)
+        if job is not None and self.hooks.listeners:
+            self._claimed[job.id] = job
+            self._emit([StateChange(job.id, job.task, job.queue, job.attempt, JobState.RUNNING,
+                                    JobState.AVAILABLE, self.source, node=self.node)])
+        return job
+
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         applied = await self.inner.job_ack_many(params)
         if applied and (self._outcome_listeners or self.hooks.listeners):
@@ -153,6 +164,13 @@ class ObservedStorage:
 
     async def job_stage_due(self, params: JobStageDueParams) -> list[StagedJob]:
         staged = await self.inner.job_stage_due(params)
+        if staged and self.hooks.listeners:
+            self._emit([StateChange(j.id, j.task, j.queue, j.attempt, JobState.AVAILABLE,
+                                    j.previous, self.source) for j in staged])
+        return staged
+
+    async def job_stage_early(self, params: JobStageEarlyParams) -> list[StagedJob]:
+        staged = await self.inner.job_stage_early(params)
         if staged and self.hooks.listeners:
             self._emit([StateChange(j.id, j.task, j.queue, j.attempt, JobState.AVAILABLE,
                                     j.previous, self.source) for j in staged])

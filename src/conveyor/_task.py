@@ -75,8 +75,9 @@ class JobSpec:
     kwargs: dict[str, Any]
     options: EnqueueOptions
 
-    def to_insert(self, max_payload_bytes: int) -> JobInsert:
-        """Validate and encode; raises before anything is written."""
+    def to_insert(self, max_payload_bytes: int, now: float | None = None) -> JobInsert:
+        """Validate and encode; raises before anything is written. ``now`` (unix time)
+        is the app's virtual clock, when it has one (a unique key's time bucket)."""
         opts, defaults = self.options, self.task.defaults
         name = defaults.name
         args_json, kwargs_json = _payload.encode_arguments(
@@ -90,7 +91,7 @@ class JobSpec:
             if opts.unique_key is not None and not isinstance(opts.unique_key, str):
                 raise TypeError("unique_key must be a string")
             unique_key = unique.full_key(
-                name, opts.unique_key, self.args, self.kwargs, args_json, kwargs_json
+                name, opts.unique_key, self.args, self.kwargs, args_json, kwargs_json, now
             )
             unique_states = unique.states_text
         # The task's own defaults were checked when it was registered (this runs per job).

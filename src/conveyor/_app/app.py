@@ -8,10 +8,11 @@ from typing import Any
 from .._explain import Explanation
 from .._job import Job, JobState
 from .._storage import LeaderRow, Migration, NodeRow
-from .control import ControlApp, QueueInfo, ScheduleInfo
+from .control import QueueInfo, ScheduleInfo
+from .testing import TestingApp
 
 
-class Conveyor(ControlApp):
+class Conveyor(TestingApp):
     """A job queue bound to one database.
 
     Example::

@@ -4,9 +4,12 @@ loop, and the one bridge from the sync API to the async core."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import contextlib
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+from .._clock import VirtualClock
 from .._config import ConveyorConfig, url_from_env
 from .._hooks import Middleware, StateListener
 from .._observed import ObservedStorage
@@ -20,7 +23,8 @@ T = TypeVar("T")
 class AppBase:
     """Definitions, storage and the sync bridge; see ``Conveyor``."""
 
-    def __init__(self, url: str | None = None, *, config: ConveyorConfig | None = None) -> None:
+    def __init__(self, url: str | None = None, *, config: ConveyorConfig | None = None,
+                 clock: VirtualClock | None = None) -> None:
         self.url = url if url is not None else url_from_env()
         self.registry = AppRegistry(config or ConveyorConfig())
         self.config = self.registry.config
@@ -28,11 +32,23 @@ class AppBase:
         self.schedules = self.registry.schedules
         self.hooks = self.registry.hooks
         self._hub = WakeHub()
-        # Fail on a malformed URL now, not at the first enqueue.
-        self._offline = create_storage(self.url, self._hub, self.config.pool_max_size)
         self._portal = Portal(self.close_async)
+        self._bind(self.url, clock)
+
+    def _bind(self, url: str, clock: VirtualClock | None) -> None:
+        """Use this database and clock from now on (at start, and in ``rebind``)."""
+        if clock is not None and not isinstance(clock, VirtualClock):
+            raise TypeError(f"clock= takes a conveyor.testing.VirtualClock, got {clock!r}")
+        # Fail on a malformed URL now, not at the first enqueue.
+        self._offline = create_storage(url, self._hub, self.config.pool_max_size,
+                                       virtual_clock=clock is not None)
+        self.url = url
+        #: The testing toolkit's virtual clock, or None: the database's own clock.
+        self.clock = clock
         self._storages: dict[asyncio.AbstractEventLoop, ObservedStorage] = {}
         self._opening: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._detach: Callable[[], None] = (
+            clock.attach(self._clock_write, self._clock_write_async) if clock else lambda: None)
 
     def __repr__(self) -> str:
         return f"<Conveyor {self.dialect} tasks={len(self.tasks)}>"
@@ -66,8 +82,11 @@ class AppBase:
                 for old in [lp for lp in self._opening if lp.is_closed()]:
                     self._storages.pop(old, None)
                     self._opening.pop(old, None)
-                inner = create_storage(self.url, self._hub, self.config.pool_max_size)
+                inner = create_storage(self.url, self._hub, self.config.pool_max_size,
+                                       virtual_clock=self.clock is not None)
                 await inner.open()  # published only once open
+                if self.clock is not None:
+                    self.clock.adopt(await inner.clock_join(self.clock.offset))
                 storage = self._storages[loop] = ObservedStorage(inner, self.hooks)
         return storage
 
@@ -86,6 +105,49 @@ class AppBase:
     def close(self) -> None:
         """Close the sync API's connections and its background loop (also done at exit)."""
         self._portal.stop()
+
+    # -- the testing toolkit: another database and a virtual clock -------------------------
+
+    def _clock_write(self, offset: float) -> None:
+        self._sync(self._clock_write_async(offset))
+
+    async def _clock_write_async(self, offset: float) -> None:
+        assert self.clock is not None
+        self.clock.adopt(await (await self._observed()).clock_set(offset))
+
+    @contextlib.contextmanager
+    def rebind(self, url: str, *, clock: VirtualClock | None = None) -> Iterator[None]:
+        """Use another database (and a virtual clock) inside the block, then come back.
+
+        An app defined at import time has its tasks bound to it; the testing toolkit
+        points that same app at a fresh database per test. Connections opened inside
+        the block are closed at its end.
+
+        Example: ``with app.rebind("sqlite:////tmp/t.db", clock=VirtualClock()): ...``
+        """
+        saved = (self.url, self.clock, self._offline, self._storages, self._opening,
+                 self._detach)
+        self._close_all()
+        self._bind(url, clock)
+        try:
+            yield
+        finally:
+            self._close_all()
+            self._detach()
+            (self.url, self.clock, self._offline, self._storages, self._opening,
+             self._detach) = saved
+
+    def _close_all(self) -> None:
+        """Close the storages of every loop: the sync API's on its loop, those of loops
+        that ended (``asyncio.run``) on a loop of their own."""
+        portal = self._portal.loop
+        for loop, storage in list(self._storages.items()):
+            if loop is portal:
+                self._sync(self.close_async())
+            elif loop.is_closed():
+                _close_elsewhere(storage)
+            self._storages.pop(loop, None)
+            self._opening.pop(loop, None)
 
     async def migrate_async(self, *, dry_run: bool = False) -> list[Migration]:
         """Apply pending schema migrations (Postgres needs this once per version)."""
@@ -126,3 +188,16 @@ class AppBase:
         Example: ``app.on_state_change(lambda c: print(c.job_id, c.state))``
         """
         return self.hooks.add_listener(listener)
+
+
+def _close_elsewhere(storage: ObservedStorage) -> None:
+    """Close a storage whose loop has ended, on a loop of its own (best effort: a
+    connection pool bound to the dead loop may refuse; its connections then go with
+    the process)."""
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            asyncio.run(storage.inner.close())
+
+    thread = threading.Thread(target=run, name="conveyor-close")
+    thread.start()
+    thread.join(10)

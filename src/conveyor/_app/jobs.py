@@ -43,12 +43,13 @@ class JobsApp(AppBase):
         for spec in specs:
             if not isinstance(spec, JobSpec):
                 raise TypeError(f"expected a job built with task.job(...), got {spec!r}")
-        inserts = [self._insert(spec) for spec in specs]
+        now = self.clock.time() if self.clock is not None else None
+        inserts = [self._insert(spec, now) for spec in specs]
         size = self.config.max_batch
         return [JobInsertManyParams(inserts[i:i + size]) for i in range(0, len(inserts), size)]
 
-    def _insert(self, spec: JobSpec) -> JobInsert:
-        insert = spec.to_insert(self.config.max_payload_bytes)
+    def _insert(self, spec: JobSpec, now: float | None = None) -> JobInsert:
+        insert = spec.to_insert(self.config.max_payload_bytes, now)
         if not self.hooks.enqueue_hooks:
             return insert
         return dataclasses.replace(

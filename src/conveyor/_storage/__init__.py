@@ -44,6 +44,7 @@ from .job_types import (
     JobBulkParams,
     JobCancelParams,
     JobChanged,
+    JobClaimOneParams,
     JobCountByQueueParams,
     JobCountByStateParams,
     JobCountCappedParams,
@@ -61,6 +62,7 @@ from .job_types import (
     JobRetryParams,
     JobSearchParams,
     JobStageDueParams,
+    JobStageEarlyParams,
     StagedJob,
     StateCount,
 )
@@ -88,11 +90,20 @@ from .schema import (
 from .wake import WakeCallback, WakeHub
 
 
-def create_storage(url: str, hub: WakeHub, pool_max_size: int = 10) -> Storage:
-    """Pick the backend for ``url`` without connecting.
+def create_storage(url: str, hub: WakeHub, pool_max_size: int = 10, *,
+                   virtual_clock: bool = False) -> Storage:
+    """Pick the backend for ``url`` without connecting; ``virtual_clock`` (the testing
+    toolkit) measures time on the database clock plus a stored offset.
 
     Example: ``create_storage("sqlite:///jobs.db", WakeHub())``
     """
+    storage = _create(url, hub, pool_max_size)
+    if virtual_clock:
+        storage.use_virtual_clock()
+    return storage
+
+
+def _create(url: str, hub: WakeHub, pool_max_size: int) -> Storage:
     if not isinstance(url, str):
         raise TypeError(f"database URL must be a string, got {type(url).__name__}")
     scheme = urlsplit(url).scheme.lower()
@@ -129,6 +140,7 @@ __all__ = [
     "JobBulkParams",
     "JobCancelParams",
     "JobChanged",
+    "JobClaimOneParams",
     "JobCountAheadParams",
     "JobCountByQueueParams",
     "JobCountByStateParams",
@@ -148,6 +160,7 @@ __all__ = [
     "JobRetryParams",
     "JobSearchParams",
     "JobStageDueParams",
+    "JobStageEarlyParams",
     "LeaderElectParams",
     "LeaderGetParams",
     "LeaderResignParams",

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from .._errors import unique_held
 from .._job import DISCARDABLE_FROM, RETRYABLE_FROM, STAGED_STATES, Job, JobState
+from .clock import testing_queries, virtual_queries
 from .control_types import (
     ConcurrencyHoldersParams,
     JobCountAheadParams,
@@ -44,6 +45,7 @@ from .job_types import (
     JobBulkParams,
     JobCancelParams,
     JobChanged,
+    JobClaimOneParams,
     JobCountByQueueParams,
     JobCountByStateParams,
     JobCountCappedParams,
@@ -55,6 +57,7 @@ from .job_types import (
     JobRetryParams,
     JobSearchParams,
     JobStageDueParams,
+    JobStageEarlyParams,
     StagedJob,
     StateCount,
 )
@@ -86,6 +89,8 @@ class BaseStorage(ABC):
     wake_locally: ClassVar[bool]
     #: The driver's error for a unique index violation (another live job holds the key).
     unique_violation: ClassVar[type[Exception]]
+    #: True once ``use_virtual_clock`` rewrote the statements (the testing toolkit).
+    virtual_clock: bool = False
 
     def __init__(self, hub: WakeHub, poll_interval: float) -> None:
         self._hub = hub
@@ -316,6 +321,46 @@ class BaseStorage(ABC):
     async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]:
         rows = await self._read("metrics_depth_series", {"since": params.since})
         return [DepthPoint(float(r["bucket"]), r["queue"], r["state"], int(r["n"])) for r in rows]
+
+    # -- the testing toolkit (conveyor.testing; statements in <dialect>/testing.sql) ------
+
+    def use_virtual_clock(self) -> None:
+        """Measure time on the virtual clock (``clock.py``) from now on; before ``open``."""
+        self._testing_sql()
+        self._q = virtual_queries(self.dialect, self._q)
+        self.virtual_clock = True
+
+    def _testing_sql(self) -> None:
+        """Load the toolkit's statements on first use: production never does."""
+        if "job_claim_one" not in self._q:
+            extra = testing_queries(self.dialect)
+            self._q.update(virtual_queries(self.dialect, extra) if self.virtual_clock else extra)
+
+    async def clock_join(self, offset: float) -> float:
+        """Create the clock's table if needed and keep the larger of ``offset`` and the
+        stored one (another process may have advanced it); the offset in force."""
+        self._testing_sql()
+        await self._write("clock_create", {})
+        return float((await self._write("clock_join", {"offset": offset}))[0]["offset_seconds"])
+
+    async def clock_set(self, offset: float) -> float:
+        """Advance the stored offset to ``offset`` (never back); the offset in force."""
+        self._testing_sql()
+        return float((await self._write("clock_set", {"offset": offset}))[0]["offset_seconds"])
+
+    async def job_claim_one(self, params: JobClaimOneParams) -> Job | None:
+        self._testing_sql()
+        return self._one(await self._write("job_claim_one", dataclasses.asdict(params)))
+
+    async def job_stage_early(self, params: JobStageEarlyParams) -> list[StagedJob]:
+        self._testing_sql()
+        staged = []
+        for previous in STAGED_STATES:
+            values = {"queue": params.queue, "from_state": previous.value}
+            for r in await self._write("job_stage_early", values):
+                staged.append(StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
+        self._woke(j.queue for j in staged)
+        return staged
 
 
 def changed_jobs(picked: Iterable[Row], done: set[int]) -> list[JobChanged]:

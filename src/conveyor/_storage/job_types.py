@@ -105,6 +105,24 @@ class JobStageDueParams:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class JobClaimOneParams:
+    """Claim one chosen job (the testing toolkit's inline mode); ``early`` also takes
+    it while scheduled or retryable."""
+
+    id: int
+    owner: str
+    lease_ttl: float = 30.0
+    early: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobStageEarlyParams:
+    """Make every waiting job available now, due or not (``drain(include_scheduled=True)``)."""
+
+    queue: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class StagedJob:
     """A job the stager made available, and the state it left."""
 

@@ -43,6 +43,7 @@ from .job_types import (
     JobBulkParams,
     JobCancelParams,
     JobChanged,
+    JobClaimOneParams,
     JobCountByQueueParams,
     JobCountByStateParams,
     JobCountCappedParams,
@@ -57,6 +58,7 @@ from .job_types import (
     JobRetryParams,
     JobSearchParams,
     JobStageDueParams,
+    JobStageEarlyParams,
     StagedJob,
     StateCount,
 )
@@ -223,3 +225,24 @@ class Storage(Protocol):
     async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]: ...
 
     async def metrics_prune(self, params: MetricsPruneParams) -> int: ...
+
+    # -- the testing toolkit (<dialect>/testing.sql, loaded on first use) ----------------
+
+    @property
+    def virtual_clock(self) -> bool:
+        """True when every statement measures time on the virtual clock."""
+
+    def use_virtual_clock(self) -> None:
+        """Rewrite the statements to the virtual clock (database clock + stored offset)."""
+
+    async def clock_join(self, offset: float) -> float:
+        """Create the clock's row if needed; the offset in force (the larger one)."""
+
+    async def clock_set(self, offset: float) -> float:
+        """Advance the stored offset (never back); the offset in force."""
+
+    async def job_claim_one(self, params: JobClaimOneParams) -> Job | None:
+        """Claim one chosen job, as ``job_fetch_available`` would (inline mode)."""
+
+    async def job_stage_early(self, params: JobStageEarlyParams) -> list[StagedJob]:
+        """Make waiting jobs available now, due or not (``drain(include_scheduled=True)``)."""

@@ -1,0 +1,253 @@
+"""Running jobs in the caller, one at a time: the testing toolkit's inline mode and
+``app.drain()``.
+
+It is made of the worker's own parts: claims through a ``Producer`` and its
+``Admission`` (rate and concurrency limits), the ``Executor`` (middleware, context,
+timeouts, and the outcome of return, raise, Snooze, Cancel, Discard, Throttle), fenced
+outcomes written through the observed storage attributed to "worker" (so state-change
+events and hooks fire as in production), the ``Stager`` and the ``CronScheduler``. What
+it leaves out is the timing a long-lived worker needs (polling, heartbeats, a burst
+worker's quiet period): it claims one job, runs it, writes its outcome, then claims the
+next, so a drain is deterministic and stops at once when nothing is left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .._context import JobContext
+from .._job import Job, JobState
+from .._limits import RateLimit
+from .._observed import ObservedStorage
+from .._registry import Registry
+from .._storage import (
+    JobAck,
+    JobAckManyParams,
+    JobClaimOneParams,
+    JobCountByQueueParams,
+    JobStageEarlyParams,
+    Storage,
+)
+from .admission import Admission
+from .cron import CronScheduler
+from .executor import Execution, Executor
+from .producer import Producer
+from .stager import Stager
+
+#: A drain that ran this many attempts is stuck (a job that snoozes for ever?).
+MAX_DRAIN_ATTEMPTS = 1_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one attempt did: ``kind`` is completed, retried, discarded, cancelled or
+    snoozed (a Snooze or Throttle: back later, attempt given back)."""
+
+    job: Job
+    kind: str
+    #: The state the attempt left the job in.
+    state: JobState
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def id(self) -> int:
+        return self.job.id
+
+    @property
+    def task(self) -> str:
+        return self.job.task
+
+    @property
+    def queue(self) -> str:
+        return self.job.queue
+
+    @property
+    def attempt(self) -> int:
+        return self.job.attempt
+
+
+@dataclasses.dataclass(slots=True)
+class DrainResult:
+    """What ``app.drain()`` ran, in order; ``held`` are jobs a rate or concurrency limit
+    sent back to wait."""
+
+    outcomes: list[Outcome] = dataclasses.field(default_factory=list)
+    held: list[Job] = dataclasses.field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.outcomes)
+
+    def __iter__(self) -> Iterator[Outcome]:
+        return iter(self.outcomes)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}={len(self._of(k))}" for k in
+                           ("completed", "retried", "discarded", "cancelled", "snoozed"))
+        return f"<DrainResult {counts}, held={len(self.held)}>"
+
+    def _of(self, kind: str) -> list[Outcome]:
+        return [o for o in self.outcomes if o.kind == kind]
+
+    @property
+    def completed(self) -> list[Outcome]:
+        return self._of("completed")
+
+    @property
+    def retried(self) -> list[Outcome]:
+        return self._of("retried")
+
+    @property
+    def discarded(self) -> list[Outcome]:
+        return self._of("discarded")
+
+    @property
+    def cancelled(self) -> list[Outcome]:
+        return self._of("cancelled")
+
+    @property
+    def snoozed(self) -> list[Outcome]:
+        return self._of("snoozed")
+
+    @property
+    def errors(self) -> list[str]:
+        """The error of every failed, discarded or cancelled attempt, in order."""
+        return [o.error for o in self.outcomes if o.error is not None]
+
+
+def _kind(ack: JobAck) -> str:
+    if ack.state in (JobState.COMPLETED, JobState.DISCARDED, JobState.CANCELLED):
+        return ack.state.value
+    if ack.error_json is not None:  # failed, back after its backoff (or at once)
+        return "retried"
+    return "snoozed"
+
+
+def _outcome(job: Job, ack: JobAck) -> Outcome:
+    result = json.loads(ack.result_json) if ack.result_json is not None else None
+    error = json.loads(ack.error_json).get("error") if ack.error_json is not None else None
+    return Outcome(job, _kind(ack), ack.state, result, error)
+
+
+class InProcessRunner:
+    """Claims, runs and acknowledges jobs one at a time in the caller's event loop."""
+
+    def __init__(self, registry: Registry, storage: Storage, lease_ttl: float = 300.0) -> None:
+        observed = storage if isinstance(storage, ObservedStorage) else ObservedStorage(
+            storage, registry.hooks)
+        self.node_id = f"inprocess-{uuid.uuid4().hex[:12]}"
+        self._lease_ttl = lease_ttl
+        self._executions: dict[int, Execution] = {}
+        self._storage = observed.with_source("worker", node=self.node_id,
+                                             attempts=self._executions.get)
+        self.executor = Executor(registry, 4, self.node_id)
+        self._held: list[JobAck] = []
+        self.admission = Admission(registry.tasks, self._storage, self._held.append)
+        self.stager = Stager(observed.with_source("stager"), 1.0)
+        self.cron = CronScheduler(registry, observed.with_source("cron"), None)
+        self._producers: dict[str, Producer] = {}
+        self._ready: list[Job] = []
+        self._claimed: dict[int, Job] = {}
+
+    def close(self) -> None:
+        self.executor.shutdown()
+
+    # -- one job -------------------------------------------------------------------------
+
+    async def claim(self, job_id: int, *, early: bool = False) -> Job | None:
+        """Claim one chosen job (inline mode); ``early`` takes it before it is due."""
+        return await self._storage.job_claim_one(
+            JobClaimOneParams(job_id, self.node_id, self._lease_ttl, early))
+
+    async def run(self, job: Job) -> Outcome | None:
+        """Run a claimed job and write its outcome; None if the fence refused it."""
+        ex = self._executions[job.id] = Execution(job, JobContext(job))
+        try:
+            ack = await self.executor.execute(ex)
+            if ack is None:
+                return None
+            applied = await self._storage.job_ack_many(JobAckManyParams([ack], self.node_id))
+        finally:
+            self._executions.pop(job.id, None)
+        return _outcome(job, ack) if applied else None
+
+    # -- drain -----------------------------------------------------------------------------
+
+    async def drain(self, queues: Sequence[str] | None, max_jobs: int | None,
+                    include_scheduled: bool, cron: bool) -> DrainResult:
+        """Run every due job of ``queues`` (None: every queue) until none is left."""
+        result = DrainResult()
+        if cron:
+            await self.cron.start()
+            await self.cron.run_once()
+        while max_jobs is None or len(result) < max_jobs:
+            await self.stager.run_once()
+            if include_scheduled:
+                wanted: Sequence[str | None] = queues if queues is not None else [None]
+                for queue in wanted:
+                    await self._storage.job_stage_early(JobStageEarlyParams(queue))
+            ran = 0
+            for queue in queues if queues is not None else await self._ready_queues():
+                ran += await self._drain_queue(queue, result, max_jobs)
+            if not ran:
+                break
+        return result
+
+    async def _ready_queues(self) -> list[str]:
+        counts = await self._storage.job_count_by_queue(JobCountByQueueParams())
+        return sorted({c.queue for c in counts
+                       if c.queue is not None and c.state is JobState.AVAILABLE and c.n})
+
+    async def _drain_queue(self, queue: str, result: DrainResult, max_jobs: int | None) -> int:
+        producer = await self._producer(queue)
+        ran = 0
+        while max_jobs is None or len(result) < max_jobs:
+            if len(result) + len(result.held) >= MAX_DRAIN_ATTEMPTS:
+                last = result.outcomes[-1] if result.outcomes else None
+                raise RuntimeError(
+                    f"drain stopped after {MAX_DRAIN_ATTEMPTS} attempts (the last: "
+                    f"{last.task if last else '?'} {last.kind if last else ''}): a job that "
+                    "snoozes for ever? Pass max_jobs= to run a bounded number")
+            await producer.run_once()
+            await self._write_held(result)
+            if producer.idle and not self._ready:  # nothing claimed, nothing held back
+                return ran
+            while self._ready:
+                job = self._ready.pop(0)
+                try:
+                    outcome = await self.run(job)
+                finally:
+                    producer.finished()
+                if outcome is not None:
+                    result.outcomes.append(outcome)
+                    ran += 1
+        return ran
+
+    async def _producer(self, queue: str) -> Producer:
+        """One job at a time, under the queue's live settings (pause, rate limit)."""
+        producer = self._producers.get(queue)
+        if producer is None:
+            producer = self._producers[queue] = Producer(
+                self._storage, queue, 1, self.node_id, self._lease_ttl, 1,
+                lambda job, _: self._ready.append(job), self._admit)
+        row = next((q for q in await self._storage.queue_list() if q.name == queue), None)
+        rate = RateLimit(row.rate_limit) if row is not None and row.rate_limit else None
+        producer.apply(paused=bool(row and row.paused), limit=1, rate_limit=rate)
+        return producer
+
+    async def _admit(self, jobs: list[Job], producer: Producer) -> list[Job]:
+        self._claimed = {job.id: job for job in jobs}
+        return await self.admission.admit(jobs, producer)
+
+    async def _write_held(self, result: DrainResult) -> None:
+        """Jobs admission refused go back to wait (attempt given back), as on a worker."""
+        if not self._held:
+            return
+        held = list(self._held)
+        self._held.clear()
+        await self._storage.job_ack_many(JobAckManyParams(held, self.node_id))
+        result.held.extend(self._claimed[a.id] for a in held if a.id in self._claimed)

@@ -310,8 +310,9 @@ def _caller_connection(connection: Any, dialect: str) -> Any:
         hint = ("await enqueue_async / enqueue_many_async with it" if kind == "async"
                 else "pass a Session or a Connection")
         raise TypeError(f"connection= does not take a {type(connection).__name__} here: {hint}")
-    sa_conn = connection.connection() if hasattr(connection, "get_bind") else connection
-    _sa_check(sa_conn, dialect)
+    is_session = hasattr(connection, "get_bind")
+    _sa_check(connection.get_bind() if is_session else connection, dialect)  # before connecting
+    sa_conn = connection.connection() if is_session else connection
     if not sa_conn.in_transaction():
         sa_conn.begin()
     return sa_conn.connection.driver_connection
@@ -322,8 +323,9 @@ async def _caller_connection_async(connection: Any, dialect: str) -> Any:
     loop for the insert as the sync API would)."""
     if _sa_kind(connection) != "async":
         return _caller_connection(connection, dialect)
-    aconn = await connection.connection() if hasattr(connection, "sync_session") else connection
-    _sa_check(aconn.sync_connection, dialect)
+    is_session = hasattr(connection, "sync_session")
+    _sa_check(connection.sync_session.get_bind() if is_session else connection, dialect)
+    aconn = await connection.connection() if is_session else connection
     if not aconn.in_transaction():
         await aconn.begin()
     return (await aconn.get_raw_connection()).driver_connection

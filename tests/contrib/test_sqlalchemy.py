@@ -14,12 +14,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Integer, String, create_engine, select, text
+from sqlalchemy import Integer, String, create_engine, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from conveyor import Conveyor, JobState, WorkerConfig
+from conveyor import Conveyor, JobState, StateChange, WorkerConfig
 
 from .._runtime_util import FAST, all_final, run_worker_until
 
@@ -126,7 +126,7 @@ def test_connection_in_engine_begin(db_url: str, engine: Engine) -> None:
     app, ship = make_app(db_url)
     try:
         with engine.begin() as conn:
-            conn.execute(Order.__table__.insert().values(item="kept"))
+            conn.execute(insert(Order).values(item="kept"))
             kept = ship.enqueue("kept", connection=conn)
         with pytest.raises(RuntimeError, match="boom"), engine.begin() as conn:
             ship.enqueue("gone", connection=conn)
@@ -229,8 +229,12 @@ def test_commit_wakes_a_listening_worker(db_url: str, engine: Engine) -> None:
 
     async def body(app: Conveyor, ship: Any, _: AsyncEngine) -> None:
         started: dict[int, float] = {}
-        app.on_state_change(lambda c: c.state is JobState.RUNNING
-                            and started.setdefault(c.job_id, time.monotonic()))
+
+        def on_change(change: StateChange) -> None:
+            if change.state is JobState.RUNNING:
+                started.setdefault(change.job_id, time.monotonic())
+
+        app.on_state_change(on_change)
 
         async def enqueue_one_by_one(_: object) -> None:
             await asyncio.sleep(0.3)  # let the worker reach its idle wait

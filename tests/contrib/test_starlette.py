@@ -183,12 +183,16 @@ def test_worker_runs_jobs_enqueued_by_async_and_sync_handlers(
         assert client.get("/jobs/999999").status_code == 404
 
 
+shutting_down = threading.Event()
+
+
 def drain_app(db_url: str, shutdown_timeout: float
               ) -> tuple[Conveyor, Starlette, threading.Event, threading.Event]:
     """A host whose jobs hold their worker: ``hold`` until ``release`` is set,
     ``forever`` until cancelled; ``started`` is set when one runs."""
     app = Conveyor(db_url)
     release, started = threading.Event(), threading.Event()
+    shutting_down.clear()
 
     @app.task
     def hold() -> str:
@@ -205,10 +209,15 @@ def drain_app(db_url: str, shutdown_timeout: float
         task = hold if request.path_params["name"] == "hold" else forever
         return JSONResponse({"id": (await task.enqueue_async()).id})
 
+    @contextlib.asynccontextmanager
+    async def host_lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        shutting_down.set()  # the host's shutdown runs before the worker is stopped
+
     config = WorkerConfig(queues={"default": 2}, lease_ttl=5.0, heartbeat_interval=0.2,
                           stage_interval=0.05, shutdown_timeout=shutdown_timeout)
     host = Starlette(routes=[Route("/enqueue/{name}", enqueue, methods=["POST"])],
-                     lifespan=conveyor_lifespan(app, worker=config))
+                     lifespan=conveyor_lifespan(app, worker=config, lifespan=host_lifespan))
     return app, host, release, started
 
 
@@ -220,8 +229,9 @@ def test_shutdown_drains_a_running_job(db_url: str) -> None:
     job_id = httpx.post(f"{base}/enqueue/hold").json()["id"]
     assert started.wait(10), "the job never started"
     server.server.should_exit = True
-    wait_for(lambda: any(t.name == "conveyor-worker" for t in threading.enumerate()))
-    assert server.thread.is_alive()  # still draining: the job holds it
+    assert shutting_down.wait(10), "the shutdown never began"
+    server.thread.join(1.0)
+    assert server.thread.is_alive(), "the server exited while its worker still ran a job"
     release.set()
     server.stop()
     try:

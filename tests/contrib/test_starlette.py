@@ -131,15 +131,19 @@ def test_lifespan_opens_before_the_host_startup_and_closes_after(db_url: str) ->
     async def boot(request: Request) -> Response:
         return JSONResponse({"boot_job": request.state.boot_job})
 
-    host = Starlette(routes=[Route("/boot", boot)],
+    def sync_enqueue(request: Request) -> Response:  # a sync endpoint: the sync API
+        return JSONResponse({"id": ping.enqueue().id})
+
+    host = Starlette(routes=[Route("/boot", boot), Route("/sync", sync_enqueue, methods=["POST"])],
                      lifespan=conveyor_lifespan(app, lifespan=host_lifespan))
     assert other_connections(db_url) == 0
     with served(host) as client:
         boot_job = client.get("/boot").json()["boot_job"]
+        assert client.post("/sync").json()["id"] > boot_job
         assert other_connections(db_url) > 0
-    assert seen["at_shutdown"] == 1
+    assert seen["at_shutdown"] == 2
     wait_for(lambda: other_connections(db_url) == 0, message="every connection closed")
-    assert stored_jobs(db_url) == 1 and boot_job >= 1
+    assert stored_jobs(db_url) == 2
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn exits

@@ -64,7 +64,8 @@ def conveyor_lifespan(
     ``app.run_worker``), then enters the host's own ``lifespan`` (whose state it yields).
     At shutdown, in reverse: the host's lifespan exits, the worker stops taking jobs and
     gives running ones the config's ``shutdown_timeout`` to finish (then gives them back
-    to the queue, as SIGTERM does), and the connections are closed.
+    to the queue, as SIGTERM does), and every connection is closed (the sync API's too,
+    which ``def`` handlers use; it reopens if called again).
     """
     if not isinstance(worker, bool | WorkerConfig):
         raise TypeError(f"worker= takes True, False or a WorkerConfig, not {worker!r}")
@@ -86,6 +87,7 @@ def conveyor_lifespan(
             if runner is not None:
                 await runner.stop()
             await app.close_async()
+            await asyncio.to_thread(app.close)  # the sync API's loop (``def`` handlers)
 
     return run
 

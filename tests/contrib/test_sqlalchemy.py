@@ -12,12 +12,13 @@ import types
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+import aiosqlite
 import psycopg
 import pytest
 from sqlalchemy import Integer, String, create_engine, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, scoped_session, sessionmaker
 
 from conveyor import Conveyor, JobState, StateChange, WorkerConfig
 
@@ -272,6 +273,10 @@ def test_unsupported_objects_are_clear_type_errors(db_url: str, engine: Engine,
         mysql = create_engine("mysql+pymysql://u@127.0.0.1/db", module=dbapi)
         with pytest.raises(TypeError, match=r"mysql\+pymysql"), Session(mysql) as session:
             ship.enqueue("x", connection=session)
+        with pytest.raises(TypeError, match="does not take a scoped_session"):
+            ship.enqueue("x", connection=scoped_session(sessionmaker(engine)))
+        with pytest.raises(TypeError, match="does not take a sessionmaker"):
+            ship.enqueue("x", connection=sessionmaker(engine))
         with pytest.raises(TypeError):
             ship.enqueue("x", connection="not a connection")
         assert app.count_jobs()["available"] == 0
@@ -293,3 +298,19 @@ def test_bad_input_is_an_error_and_stores_nothing(db_url: str, engine: Engine) -
         assert app.count_jobs()["available"] == 0
     finally:
         app.close()
+
+
+def test_a_raw_aiosqlite_connection(db_url: str, engine: Engine) -> None:
+    """aiosqlite keeps its sqlite3 connection on its own thread; the insert runs there."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip("aiosqlite is SQLite's")
+
+    async def body(app: Conveyor, ship: Any, _: AsyncEngine) -> None:
+        async with aiosqlite.connect(db_url.removeprefix("sqlite:///")) as db:
+            kept = await ship.enqueue_async("kept", connection=db)
+            await db.commit()
+            await ship.enqueue_async("gone", connection=db)
+            await db.rollback()
+        assert [j.id for j in await app.list_jobs_async()] == [kept.id]
+
+    run_async(db_url, body)

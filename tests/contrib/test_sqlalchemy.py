@@ -102,6 +102,25 @@ def test_session_commit_and_rollback(db_url: str, engine: Engine) -> None:
         app.close()
 
 
+class AppSession(Session):
+    """An application's own session class (``sessionmaker(class_=...)``)."""
+
+
+def test_a_session_subclass_from_a_sessionmaker(db_url: str, engine: Engine) -> None:
+    app, ship = make_app(db_url)
+    make_session = sessionmaker(engine, class_=AppSession)
+    try:
+        with make_session() as session:
+            kept = ship.enqueue("kept", connection=session)
+            session.commit()
+        with make_session() as session:
+            ship.enqueue("gone", connection=session)
+            session.rollback()
+        assert [j.id for j in app.list_jobs()] == [kept.id]
+    finally:
+        app.close()
+
+
 def test_session_without_orm_work_and_enqueue_many(db_url: str, engine: Engine) -> None:
     """The enqueue is the session's first statement: it still begins the transaction
     that ``commit()`` commits (else commit would find nothing to do)."""

@@ -284,9 +284,10 @@ _SA_DRIVERS = {"postgres": ("postgresql", {"psycopg", "psycopg_async"}),
 
 def _sa_kind(connection: object) -> str | None:
     """"sync", "async", "other" (another SQLAlchemy object) or None (not SQLAlchemy)."""
-    if not type(connection).__module__.startswith(_SA):
+    mro = type(connection).__mro__  # a subclass of Session of the caller's counts too
+    if not any(c.__module__.startswith(_SA) for c in mro):
         return None
-    names = {f"{c.__module__}.{c.__qualname__}" for c in type(connection).__mro__}
+    names = {f"{c.__module__}.{c.__qualname__}" for c in mro}
     return "sync" if names & _SA_SYNC else "async" if names & _SA_ASYNC else "other"
 
 

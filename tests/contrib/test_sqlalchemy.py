@@ -113,10 +113,12 @@ def test_a_session_subclass_from_a_sessionmaker(db_url: str, engine: Engine) -> 
         with make_session() as session:
             kept = ship.enqueue("kept", connection=session)
             session.commit()
-        with make_session() as session:
+        with AppSession(engine) as session:  # the class itself, not sessionmaker's subclass
             ship.enqueue("gone", connection=session)
             session.rollback()
-        assert [j.id for j in app.list_jobs()] == [kept.id]
+            also = ship.enqueue("also", connection=session)
+            session.commit()
+        assert sorted(j.id for j in app.list_jobs()) == [kept.id, also.id]
     finally:
         app.close()
 

@@ -286,6 +286,10 @@ def test_dashboard_behind_fastapi_basic_auth(
         forged = client.post(f"/conveyor/jobs/{job_id}/cancel", auth=auth,
                              data={"csrf_token": "0" * 64})
         assert forged.status_code == 403  # the dashboard's CSRF check still holds
+        cross_site = client.post(f"/conveyor/jobs/{job_id}/cancel", auth=auth,
+                                 data={"csrf_token": token.group(1)},
+                                 headers={"origin": "https://evil.example"})
+        assert cross_site.status_code == 403  # and its Origin check
         cancel = client.post(f"/conveyor/jobs/{job_id}/cancel", auth=auth,
                              data={"csrf_token": token.group(1)}, headers={"origin": str(client.base_url)})
         assert cancel.status_code == 303

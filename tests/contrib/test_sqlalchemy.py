@@ -15,12 +15,12 @@ from typing import Any
 import aiosqlite
 import psycopg
 import pytest
-from sqlalchemy import Integer, String, create_engine, insert, select
+from sqlalchemy import Integer, String, create_engine, func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, scoped_session, sessionmaker
 
-from conveyor import Conveyor, JobState, StateChange, WorkerConfig
+from conveyor import Conveyor, DatabaseUnavailableError, JobState, StateChange, WorkerConfig
 
 from .._runtime_util import FAST, all_final, run_worker_until
 
@@ -335,3 +335,22 @@ def test_a_raw_aiosqlite_connection(db_url: str, engine: Engine) -> None:
         assert [j.id for j in await app.list_jobs_async()] == [kept.id]
 
     run_async(db_url, body)
+
+
+def test_a_connection_the_server_dropped_is_a_clear_error(db_url: str, engine: Engine) -> None:
+    """PostgreSQL: the session's server process is gone; the enqueue says the database
+    is unavailable (the app's own error), and nothing is stored."""
+    if not db_url.startswith("postgres"):
+        pytest.skip("a server process to terminate is PostgreSQL's")
+    app, ship = make_app(db_url)
+    try:
+        with Session(engine) as session:
+            pid = session.execute(select(func.pg_backend_pid())).scalar_one()
+            with psycopg.connect(db_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", [pid])
+            with pytest.raises(DatabaseUnavailableError, match="cannot use PostgreSQL"):
+                ship.enqueue("lost", connection=session)
+            session.invalidate()  # as after any statement that met a dead connection
+        assert app.count_jobs()["available"] == 0
+    finally:
+        app.close()

@@ -3,9 +3,10 @@ running a worker."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, cast, overload
 
 from .. import _payload
 from .._config import UnsetQueues, WorkerConfig
@@ -61,12 +62,17 @@ class JobsApp(AppBase):
         """Insert any number of jobs, ``max_batch`` (10,000) per round trip.
 
         Each batch is one transaction: all of its jobs or none. With ``connection``
-        (the caller's own psycopg or sqlite3 connection) every batch runs in the
-        caller's transaction, so all the jobs commit or roll back with it.
+        (the caller's own psycopg or sqlite3 connection, or a SQLAlchemy ``Session``,
+        ``Connection``, ``AsyncSession`` or ``AsyncConnection`` on one) every batch runs
+        in the caller's transaction, so all the jobs commit or roll back with it.
         """
         batches = self._batches(specs)
         if connection is not None:
-            return [j for b in batches for j in await self._offline.job_insert_many(b, connection)]
+            raw = await _caller_connection_async(connection, self.dialect)
+            if type(raw).__module__.startswith("aiosqlite."):
+                insert = self._offline.job_insert_many_sync
+                return [j for b in batches for j in await _on_thread_of(raw, insert, b)]
+            return [j for b in batches for j in await self._offline.job_insert_many(b, raw)]
         storage = (await self._observed()).with_source("enqueue")
         return [job for batch in batches for job in await storage.job_insert_many(batch)]
 
@@ -77,7 +83,8 @@ class JobsApp(AppBase):
         """
         if connection is not None:
             batches = self._batches(specs)
-            return [j for b in batches for j in self._offline.job_insert_many_sync(b, connection)]
+            raw = _caller_connection(connection, self.dialect)
+            return [j for b in batches for j in self._offline.job_insert_many_sync(b, raw)]
         storage = self._blocking_storage()
         if storage is not None:
             batches = self._batches(specs)
@@ -138,8 +145,13 @@ class JobsApp(AppBase):
 
     async def run_worker(
         self, queues: Mapping[str, int] | None = None, *, config: WorkerConfig | None = None,
+        stop: asyncio.Event | None = None,
     ) -> None:
         """Run a worker on the running loop until stopped (or drained, with burst).
+
+        ``stop`` (an event of this loop) stops it from the program itself, as SIGTERM
+        does: no new claims, running jobs get ``shutdown_timeout`` to finish, then are
+        given back (e.g. a web server's shutdown, see ``conveyor.contrib.asgi``).
 
         Without ``queues`` (and with a config whose queues nobody set), it serves
         every queue the app's tasks and schedules name, plus ``default``, each with the
@@ -158,7 +170,20 @@ class JobsApp(AppBase):
             config = dataclasses.replace(config, queues=dict(queues))
         for queue_name in config.queues:
             _payload.check_queue_name(queue_name)
-        await Worker(self.registry, await self.storage(), config).run()
+        worker = Worker(self.registry, await self.storage(), config)
+        if stop is None:
+            await worker.run()
+            return
+
+        async def stop_when_set() -> None:
+            await stop.wait()
+            worker.request_stop()
+
+        watcher = asyncio.create_task(stop_when_set())
+        try:
+            await worker.run()
+        finally:
+            watcher.cancel()
 
     # -- tasks and schedules ---------------------------------------------------------------------
 
@@ -242,6 +267,78 @@ async def _refused(storage: Storage, job_id: int, verb: str) -> Job:
     if job is None:
         raise JobNotFoundError(f"no job with id {job_id}")
     raise InvalidStateError(f"job {job_id} is {job.state.value} and cannot be {verb}")
+
+
+# -- the caller's connection ------------------------------------------------------------------
+# SQLAlchemy objects are recognised by the names of their classes (this layer never imports
+# SQLAlchemy) and unwrapped to the driver connection they hold, after their own transaction
+# has begun: the insert then commits, rolls back or rolls back to a savepoint with it.
+
+_SA = "sqlalchemy."
+_SA_SYNC = {"sqlalchemy.orm.session.Session", "sqlalchemy.engine.base.Connection"}
+_SA_ASYNC = {"sqlalchemy.ext.asyncio.session.AsyncSession",
+             "sqlalchemy.ext.asyncio.engine.AsyncConnection"}
+#: app dialect -> (SQLAlchemy dialect, its drivers whose connections the storage can use).
+_SA_DRIVERS = {"postgres": ("postgresql", {"psycopg", "psycopg_async"}),
+               "sqlite": ("sqlite", {"pysqlite", "aiosqlite"})}
+
+
+def _sa_kind(connection: object) -> str | None:
+    """"sync", "async", "other" (another SQLAlchemy object) or None (not SQLAlchemy)."""
+    mro = type(connection).__mro__  # a subclass of Session of the caller's counts too
+    if not any(c.__module__.startswith(_SA) for c in mro):
+        return None
+    names = {f"{c.__module__}.{c.__qualname__}" for c in mro}
+    return "sync" if names & _SA_SYNC else "async" if names & _SA_ASYNC else "other"
+
+
+def _sa_check(sa_conn: Any, dialect: str) -> None:
+    name, drivers = _SA_DRIVERS[dialect]
+    got = f"{sa_conn.dialect.name}+{sa_conn.dialect.driver}"
+    if sa_conn.dialect.name != name or sa_conn.dialect.driver not in drivers:
+        wanted = "postgresql+psycopg://" if dialect == "postgres" else "sqlite://"
+        raise TypeError(f"connection= is a SQLAlchemy connection on {got}, but this app's "
+                        f"database is {dialect}: use an engine on {wanted} to the same database")
+
+
+def _caller_connection(connection: Any, dialect: str) -> Any:
+    """The driver connection behind ``connection`` for the sync API, its SQLAlchemy
+    transaction begun as autobegin would on a first statement (else the caller's
+    ``commit()`` would find no transaction and skip ours)."""
+    kind = _sa_kind(connection)
+    if kind is None:
+        return connection
+    if kind != "sync":
+        hint = ("await enqueue_async / enqueue_many_async with it" if kind == "async"
+                else "pass a Session or a Connection")
+        raise TypeError(f"connection= does not take a {type(connection).__name__} here: {hint}")
+    is_session = hasattr(connection, "get_bind")
+    _sa_check(connection.get_bind() if is_session else connection, dialect)  # before connecting
+    sa_conn = connection.connection() if is_session else connection
+    if not sa_conn.in_transaction():
+        sa_conn.begin()
+    return sa_conn.connection.driver_connection
+
+
+async def _caller_connection_async(connection: Any, dialect: str) -> Any:
+    """The same for the async API (a sync Session or Connection works too, blocking the
+    loop for the insert as the sync API would)."""
+    if _sa_kind(connection) != "async":
+        return _caller_connection(connection, dialect)
+    is_session = hasattr(connection, "sync_session")
+    _sa_check(connection.sync_session.get_bind() if is_session else connection, dialect)
+    aconn = await connection.connection() if is_session else connection
+    if not aconn.in_transaction():
+        await aconn.begin()
+    return (await aconn.get_raw_connection()).driver_connection
+
+
+async def _on_thread_of(
+    connection: Any, insert: Callable[[JobInsertManyParams, Any], list[Job]],
+    batch: JobInsertManyParams,
+) -> list[Job]:
+    """aiosqlite keeps its sqlite3 connection on a thread of its own: insert there."""
+    return cast(list[Job], await connection._execute(insert, batch, connection._conn))
 
 
 def _check_id(job_id: object) -> int:

@@ -4,10 +4,11 @@ loop, and the one bridge from the sync API to the async core."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from .._config import ConveyorConfig, url_from_env
+from .._config import ConveyorConfig, check_version, url_from_env
 from .._hooks import Middleware, StateListener
 from .._observed import ObservedStorage
 from .._portal import Portal
@@ -20,9 +21,13 @@ T = TypeVar("T")
 class AppBase:
     """Definitions, storage and the sync bridge; see ``Conveyor``."""
 
-    def __init__(self, url: str | None = None, *, config: ConveyorConfig | None = None) -> None:
+    def __init__(self, url: str | None = None, *, config: ConveyorConfig | None = None,
+                 version: str | None = None) -> None:
         self.url = url if url is not None else url_from_env()
-        self.registry = AppRegistry(config or ConveyorConfig())
+        config = config or ConveyorConfig()
+        if version is not None:  # the app's version, recorded with every worker node
+            config = dataclasses.replace(config, version=check_version(version))
+        self.registry = AppRegistry(config)
         self.config = self.registry.config
         self.tasks = self.registry.tasks
         self.schedules = self.registry.schedules

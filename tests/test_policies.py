@@ -223,7 +223,7 @@ def test_queue_backoff_and_retention_are_stored_and_reset(app: Conveyor) -> None
     assert (mail.backoff, mail.completed_retention, mail.discarded_retention) == (
         None, None, None)
     for bad in ({"completed": -1}, {"discarded": "1h"}, {"completed": True}, {}):
-        with pytest.raises(ValueError, match="retention|completed="):
+        with pytest.raises(ValueError, match=r"retention|completed="):
             app.set_queue_retention("mail", **bad)
     with pytest.raises(ValueError):
         app.set_queue_backoff("bad queue name!" * 20, 5)
@@ -244,13 +244,13 @@ async def test_a_running_worker_picks_up_the_queue_backoff_and_a_task_backoff_wi
     delays: dict[str, float] = {}
 
     async def during(worker: Any) -> None:
-        await wait(lambda: in_state(app, first, JobState.RETRYABLE)())
+        await wait(in_state(app, first, JobState.RETRYABLE))
         delays["builtin"] = delay_of(await app.get_job_async(first.id))  # type: ignore[arg-type]
         await app.set_queue_backoff_async("mail", "exp:300:4000")
         await wait_sync(lambda: "mail" in worker.executor.queue_backoffs)
         for name, task in (("queue", send), ("own", send_own)):
             job = await task.enqueue_async()
-            await wait(lambda job=job: in_state(app, job, JobState.RETRYABLE)())
+            await wait(in_state(app, job, JobState.RETRYABLE))
             delays[name] = delay_of(await app.get_job_async(job.id))  # type: ignore[arg-type]
         await app.set_queue_backoff_async("mail", None)
         await wait_sync(lambda: "mail" not in worker.executor.queue_backoffs)
@@ -333,7 +333,7 @@ async def test_labels_and_version_reach_nodes_and_explain(db_url: str) -> None:
         seen: dict[str, Any] = {}
 
         async def during(worker: Any) -> None:
-            await wait(lambda: in_state(app, job, JobState.RUNNING)())
+            await wait(in_state(app, job, JobState.RUNNING))
             (node,) = await app.list_nodes_async()
             seen["node"] = node
             seen["explain"] = str(await app.explain_job_async(job.id))
@@ -359,7 +359,7 @@ def test_labels_and_version_from_the_environment(monkeypatch: pytest.MonkeyPatch
     assert Conveyor(url, version="v10").config.version == "v10"
     for bad in ("region", "=eu", "bad key=1"):
         monkeypatch.setenv("CONVEYOR_WORKER_LABELS", bad)
-        with pytest.raises(ValueError, match="CONVEYOR_WORKER_LABELS|label key"):
+        with pytest.raises(ValueError, match=r"CONVEYOR_WORKER_LABELS|label key"):
             WorkerConfig()
     monkeypatch.delenv("CONVEYOR_WORKER_LABELS")
     with pytest.raises(ValueError, match="label"):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from .test_cli import ROOT, cli_env, invoke, run_cli
+from .test_cli import DEAD_PG, ROOT, assert_one_line_error, cli_env, invoke, run_cli
 
 APP = "tests.apps.policies_app:app"
 
@@ -156,3 +156,14 @@ def test_status_shows_labels_and_version_of_supervised_workers(db_url: str) -> N
         assert worker["labels"] == {"region": "eu", "tier": "gold", "team": "core"}
         assert worker["version"] == "v7.1"
     assert "v7.1" in text and "region=eu,team=core,tier=gold" in text
+
+
+@pytest.mark.parametrize("command", [
+    ["queues", "backoff", "emails", "5", "--force"],
+    ["queues", "retention", "emails", "--completed", "60", "--force"],
+    ["worker", APP, "--burst", "--label", "region=eu"],
+])
+def test_a_dead_database_is_one_clear_line_exit_3(tmp_path: Any, command: list[str]) -> None:
+    proc = run_cli(tmp_path, *command, "--url", DEAD_PG, CONVEYOR_QUEUES="emails=2")
+    assert proc.returncode == 3, proc.stderr
+    assert_one_line_error(proc)

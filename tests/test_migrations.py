@@ -452,3 +452,31 @@ def test_published_migrations_never_change() -> None:
         + ". A database that applied the published text never sees the edit: revert it "
         "and put the change in a new migration."
     )
+
+
+def test_rows_from_before_0009_read_with_default_policies(
+    new_db: Callable[[str], OldDb]
+) -> None:
+    """Queue settings and nodes written before migration 0009 (queue backoff and
+    retention, node labels and version) read as "none set" after it, and take the new
+    settings. The version is found by name: another migration may be numbered before it."""
+    (policies,) = [m.version for m in load_migrations("sqlite")
+                   if m.name == "queue_policies_node_labels"]
+    db = new_db("old")
+    db.build(policies - 1, False)
+    db.seed(policies - 1)
+    upgrade(db)
+    app = Conveyor(db.url)
+    try:
+        (mail,) = [q for q in app.list_queues() if q.name == "mail"]
+        assert (mail.paused, mail.concurrency, mail.rate_limit) == (True, 2, "10/s")
+        assert (mail.backoff, mail.completed_retention, mail.discarded_retention) == (
+            None, None, None)
+        (node,) = app.list_nodes()
+        assert (node.id, node.labels, node.version) == (NODE, {}, None)
+        app.set_queue_backoff("mail", "exp:5:60")
+        app.set_queue_retention("mail", discarded=120)
+        (mail,) = [q for q in app.list_queues() if q.name == "mail"]
+        assert (mail.backoff, mail.discarded_retention, mail.paused) == ("exp:5:60", 120.0, True)
+    finally:
+        app.close()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 DEFAULT_URL = "sqlite:///conveyor.db"
@@ -18,6 +19,91 @@ def _field(default: T, help_text: str) -> T:
 
 def url_from_env() -> str:
     return os.environ.get("CONVEYOR_URL") or DEFAULT_URL
+
+
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-/]{0,62}")
+
+
+def check_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """Worker labels: keys of letters, digits and ``_.-/`` (up to 63), string values up
+    to 200 characters; a clear error for anything else."""
+    if not isinstance(labels, Mapping):
+        raise TypeError(f"labels must be a mapping of str to str, got {type(labels).__name__}")
+    out: dict[str, str] = {}
+    for key, value in labels.items():
+        if not isinstance(key, str) or not _LABEL_KEY.fullmatch(key):
+            raise ValueError(f"label key {key!r} must be 1-63 letters, digits or _.-/ "
+                             "(starting with a letter or digit)")
+        if not isinstance(value, str) or len(value) > 200:
+            raise ValueError(f"label {key!r} must have a string value of at most 200 characters")
+        out[key] = value
+    return out
+
+
+def parse_labels(specs: Iterable[str], source: str = "--label") -> dict[str, str]:
+    """``["region=eu", "tier=gold"]`` -> ``{"region": "eu", "tier": "gold"}``."""
+    labels: dict[str, str] = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{source}: expected KEY=VALUE, got {spec!r}")
+        labels[key.strip()] = value.strip()
+    return check_labels(labels)
+
+
+def labels_from_env() -> dict[str, str]:
+    """``CONVEYOR_WORKER_LABELS="region=eu,tier=gold"``; empty when unset."""
+    text = os.environ.get("CONVEYOR_WORKER_LABELS", "")
+    return parse_labels([p for p in text.split(",") if p.strip()], "CONVEYOR_WORKER_LABELS")
+
+
+def app_version_from_env() -> str | None:
+    """``CONVEYOR_APP_VERSION`` (e.g. a git sha set by the deploy), or None."""
+    return os.environ.get("CONVEYOR_APP_VERSION") or None
+
+
+def check_version(version: str | None) -> str | None:
+    if version is not None and (not isinstance(version, str) or not 0 < len(version) <= 100):
+        raise ValueError(f"version must be a string of 1-100 characters, got {version!r}")
+    return version
+
+
+#: The queue spec that means "every queue this app's tasks and schedules name".
+ALL_QUEUES = "*"
+
+
+def parse_queue_specs(text: str, default_concurrency: int, source: str,
+                      app_queues: Iterable[str] = ()) -> dict[str, int]:
+    """``"default=10,emails=5"`` -> ``{"default": 10, "emails": 5}``. ``name:N`` works
+    too; a bare ``name`` gets ``default_concurrency``; ``*`` (or ``*=N``) stands for
+    every name in ``app_queues``. ``source`` names the input in errors."""
+    queues: dict[str, int] = {}
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        name, sep, limit = entry.replace(":", "=", 1).partition("=")
+        name = name.strip()
+        if not name:
+            raise ValueError(f"{source}: empty queue name in {entry!r} "
+                             "(expected NAME=N,NAME2=N, e.g. default=10,emails=5)")
+        value = default_concurrency
+        if sep:
+            try:
+                value = int(limit.strip())
+            except ValueError:
+                value = 0
+            if value < 1:
+                raise ValueError(f"{source}: concurrency of {name!r} must be an int >= 1, "
+                                 f"got {limit.strip()!r}")
+        if name == ALL_QUEUES:  # a queue named on its own keeps its own concurrency
+            for one in app_queues:
+                queues.setdefault(one, value)
+        else:
+            queues[name] = value
+    if not queues:
+        raise ValueError(f"{source}: no queue named in {text!r} "
+                         "(expected NAME=N,NAME2=N, e.g. default=10,emails=5)")
+    return queues
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -38,6 +124,12 @@ class ConveyorConfig:
     max_batch: int = 10_000
     #: PostgreSQL connection pool size of this process.
     pool_max_size: int = 10
+    #: The app's version (e.g. a git sha), recorded with every worker node and shown by
+    #: ``conveyor status``, the dashboard and ``explain_job``; default $CONVEYOR_APP_VERSION.
+    version: str | None = dataclasses.field(default_factory=app_version_from_env)
+
+    def __post_init__(self) -> None:
+        check_version(self.version)
 
 
 class UnsetQueues(dict[str, int]):
@@ -93,6 +185,12 @@ class WorkerConfig:
     metrics_retention: float = _field(
         7 * 86_400.0, "seconds per-minute metric rollups are kept; 0 turns them off")
     metrics_interval: float = _field(5.0, "seconds between metric flushes")
+    #: Operator labels of this worker (region, tier ...), shown with its node; default
+    #: $CONVEYOR_WORKER_LABELS ("k=v,k2=v2").
+    labels: Mapping[str, str] = dataclasses.field(
+        default_factory=labels_from_env,
+        metadata={"help": "labels of this worker (KEY=VALUE), shown with its node"},
+    )
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -104,3 +202,4 @@ class WorkerConfig:
             raise ValueError("lease_ttl must be longer than heartbeat_interval (> 0)")
         if self.shutdown_timeout < 0:
             raise ValueError("shutdown_timeout must be >= 0")
+        check_labels(self.labels)

@@ -72,6 +72,18 @@ def _settled(job: Job, now: datetime) -> list[str] | None:
     return None
 
 
+async def _node_notes(storage: Storage, node_id: str | None) -> list[str]:
+    """Who holds a running job: the node's host, the app version it runs, its labels."""
+    node = next((n for n in await storage.node_list(NodeListParams()) if n.id == node_id), None)
+    if node is None:
+        return [f"node {node_id} is not registered (gone): the job is rescued when its "
+                "lease runs out"]
+    labels = ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items())) or "none"
+    return [f"node {node.id} runs it: host {node.hostname} pid {node.pid}, app version "
+            f"{node.version or 'unknown'}, labels {labels}"
+            + ("" if node.alive else "; the node has gone silent")]
+
+
 async def _limits(task: Task[Any, Any] | None, job: Job, queue: QueueRow | None,
                   storage: Storage, now: datetime) -> list[str]:
     out: list[str] = []
@@ -107,6 +119,8 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
              ] if job.unique_key else []
     settled = _settled(job, now)
     if settled is not None:
+        if job.state == JobState.RUNNING:
+            notes += await _node_notes(storage, job.lease_owner)
         return Explanation(job, settled, notes)
     reasons: list[str] = []
     if job.state == JobState.SCHEDULED:

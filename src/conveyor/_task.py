@@ -12,11 +12,13 @@ from . import _payload
 from ._job import Job
 from ._limits import KeyFunc, RateLimit, Unique
 from ._storage import JobInsert, make_insert
+from ._task_retry import AnyBackoff, ExceptionTypes
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: attempt number (1-based) -> seconds until the next attempt
+#: attempt number (1-based) -> seconds until the next attempt (a backoff may also be
+#: ``callable(attempt, exc)``: see ``conveyor._task_retry``)
 Backoff = Callable[[int], float]
 
 
@@ -39,13 +41,21 @@ class TaskOptions:
     priority: int = 0
     max_attempts: int = 20
     timeout: float | None = None
-    backoff: Backoff | float | None = None
+    #: Seconds, ``callable(attempt)`` or ``callable(attempt, exc)``; None: the queue's
+    #: default backoff (``app.set_queue_backoff``), else the built-in one.
+    backoff: AnyBackoff | None = None
     tags: tuple[str, ...] = ()
     unique: Unique | None = None
     rate_limit: RateLimit | None = None
     #: Cluster-wide cap on running jobs of this task (per concurrency_key when given).
     concurrency: int | None = None
     concurrency_key: KeyFunc | None = None
+    #: Only these exception types retry; any other failure discards the job at once.
+    retry_on: ExceptionTypes = ()
+    #: These exception types discard the job at once (they win over ``retry_on``).
+    discard_on: ExceptionTypes = ()
+    #: ``backoff`` is ``callable(attempt, exc)`` (read from its signature at definition).
+    backoff_takes_exception: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

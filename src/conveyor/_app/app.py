@@ -8,7 +8,7 @@ from typing import Any
 from .._explain import Explanation
 from .._job import Job, JobState
 from .._storage import LeaderRow, Migration, NodeRow
-from .control import QueueInfo, ScheduleInfo
+from .control import KEEP, QueueInfo, ScheduleInfo, _Keep
 from .testing import TestingApp
 
 
@@ -92,6 +92,15 @@ class Conveyor(TestingApp):
 
     def set_queue_rate_limit(self, name: str, rate: str | None) -> None:
         self._sync(self.set_queue_rate_limit_async(name, rate))
+
+    def set_queue_backoff(self, name: str, backoff: str | float | None) -> None:
+        """Example: ``app.set_queue_backoff("mail", "exp:5:3600")`` (None: built-in)"""
+        self._sync(self.set_queue_backoff_async(name, backoff))
+
+    def set_queue_retention(self, name: str, *, completed: float | _Keep | None = KEEP,
+                            discarded: float | _Keep | None = KEEP) -> None:
+        """Example: ``app.set_queue_retention("mail", completed=3600, discarded=86400)``"""
+        self._sync(self.set_queue_retention_async(name, completed=completed, discarded=discarded))
 
     def list_queues(self) -> list[QueueInfo]:
         return self._sync(self.list_queues_async())

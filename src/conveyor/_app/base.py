@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from .._clock import VirtualClock
-from .._config import ConveyorConfig, url_from_env
+from .._config import ConveyorConfig, check_version, url_from_env
 from .._hooks import Middleware, StateListener
 from .._observed import ObservedStorage
 from .._portal import Portal
@@ -24,9 +25,12 @@ class AppBase:
     """Definitions, storage and the sync bridge; see ``Conveyor``."""
 
     def __init__(self, url: str | None = None, *, config: ConveyorConfig | None = None,
-                 clock: VirtualClock | None = None) -> None:
+                 clock: VirtualClock | None = None, version: str | None = None) -> None:
         self.url = url if url is not None else url_from_env()
-        self.registry = AppRegistry(config or ConveyorConfig())
+        config = config or ConveyorConfig()
+        if version is not None:  # the app's version, recorded with every worker node
+            config = dataclasses.replace(config, version=check_version(version))
+        self.registry = AppRegistry(config)
         self.config = self.registry.config
         self.tasks = self.registry.tasks
         self.schedules = self.registry.schedules

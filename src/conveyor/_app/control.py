@@ -27,7 +27,28 @@ from .._storage import (
     ScheduleSetPausedParams,
 )
 from .._task import Task
+from .._task_retry import parse_queue_backoff
 from .jobs import JobsApp
+
+
+class _Keep:
+    """The default of an optional setting: leave it as it is (None resets it)."""
+
+    def __repr__(self) -> str:
+        return "<keep>"
+
+
+KEEP = _Keep()
+
+
+def _check_retention(which: str, seconds: Any) -> float | None:
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) \
+            or not 0 <= seconds <= _payload.MAX_DELAY_SECONDS:
+        raise ValueError(f"{which} retention must be seconds >= 0 (or None to reset), "
+                         f"got {seconds!r}")
+    return float(seconds)
 
 
 class ScheduleNotFoundError(ConveyorError, LookupError):
@@ -46,6 +67,11 @@ class QueueInfo:
     rate_limit: str | None
     nodes: list[str]
     counts: dict[str, int]
+    #: Default backoff of the queue's failed jobs ('30', 'exp:5:3600'); None: built-in.
+    backoff: str | None = None
+    #: Seconds its finished jobs are kept; None: the pruning worker's own setting.
+    completed_retention: float | None = None
+    discarded_retention: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -153,6 +179,33 @@ class ControlApp(JobsApp):
             parse_rate(rate)
         await self._queue_update(QueueUpdateParams(name, rate_limit=rate, set_rate_limit=True))
 
+    async def set_queue_backoff_async(self, name: str, backoff: str | float | None) -> None:
+        """Default backoff of the queue's failed jobs, for tasks that set no ``backoff=``
+        of their own (the task's wins). Seconds (``30``) or ``"exp:BASE[:CAP]"``
+        (``"exp:5:3600"``: 5 s, 10 s, 20 s ... up to an hour). Running workers use it
+        within about ``settings_interval``; ``None`` returns to the built-in backoff."""
+        spec = None if backoff is None else parse_queue_backoff(backoff).spec
+        await self._queue_update(QueueUpdateParams(name, backoff=spec, set_backoff=True))
+
+    async def set_queue_retention_async(
+        self, name: str, *, completed: float | _Keep | None = KEEP,
+        discarded: float | _Keep | None = KEEP,
+    ) -> None:
+        """How long the queue's finished jobs are kept, in seconds: ``completed`` for
+        completed and cancelled jobs, ``discarded`` for discarded ones. Overrides the
+        pruning worker's ``completed_retention``/``discarded_retention`` for this queue;
+        ``None`` returns to them; an argument not given is left as it is."""
+        if isinstance(completed, _Keep) and isinstance(discarded, _Keep):
+            raise ValueError("give completed= and/or discarded= (seconds, or None to reset)")
+        values = {k: _check_retention(k, v) for k, v in
+                  (("completed", completed), ("discarded", discarded)) if not isinstance(v, _Keep)}
+        await self._queue_update(QueueUpdateParams(
+            name, completed_retention=values.get("completed"),
+            discarded_retention=values.get("discarded"),
+            set_completed_retention="completed" in values,
+            set_discarded_retention="discarded" in values,
+        ))
+
     async def list_queues_async(self) -> list[QueueInfo]:
         """Every queue with settings, live nodes or jobs: its settings, the nodes serving
         it, and exact counts of its jobs in every state. Four queries, however many
@@ -171,6 +224,9 @@ class ControlApp(JobsApp):
             scope=row.scope if row else "split", rate_limit=row.rate_limit if row else None,
             nodes=[n.id for n in nodes if name in n.queues],
             counts={s.value: counts.get(name, {}).get(s.value, 0) for s in JobState},
+            backoff=row.backoff if row else None,
+            completed_retention=row.completed_retention if row else None,
+            discarded_retention=row.discarded_retention if row else None,
         ) for name in names for row in [rows.get(name)]]
 
     # -- cluster ------------------------------------------------------------------------------

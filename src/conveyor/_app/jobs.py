@@ -25,7 +25,13 @@ from .._storage import (
     JobRetryParams,
     Storage,
 )
-from .._task import Backoff, JobSpec, Task, TaskDecorator, TaskOptions
+from .._task import JobSpec, Task, TaskDecorator, TaskOptions
+from .._task_retry import (
+    AnyBackoff,
+    ExceptionSpec,
+    backoff_takes_exception,
+    check_exception_types,
+)
 from .base import AppBase
 
 P = ParamSpec("P")
@@ -194,20 +200,30 @@ class JobsApp(AppBase):
     def task(
         self, *, name: str | None = None, queue: str = "default", priority: int = 0,
         max_attempts: int = 20, timeout: float | None = None,
-        backoff: Backoff | float | None = None, tags: Sequence[str] = (),
+        backoff: AnyBackoff | None = None, tags: Sequence[str] = (),
         unique: Unique | None = None, rate_limit: RateLimit | str | None = None,
         concurrency: int | None = None, concurrency_key: KeyFunc | None = None,
+        retry_on: ExceptionSpec = (), discard_on: ExceptionSpec = (),
     ) -> TaskDecorator: ...
 
     def task(
         self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
         queue: str = "default", priority: int = 0, max_attempts: int = 20,
-        timeout: float | None = None, backoff: Backoff | float | None = None,
+        timeout: float | None = None, backoff: AnyBackoff | None = None,
         tags: Sequence[str] = (), unique: Unique | None = None,
         rate_limit: RateLimit | str | None = None, concurrency: int | None = None,
-        concurrency_key: KeyFunc | None = None,
+        concurrency_key: KeyFunc | None = None, retry_on: ExceptionSpec = (),
+        discard_on: ExceptionSpec = (),
     ) -> Any:
-        """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``)."""
+        """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``).
+
+        ``retry_on=(ConnectionError,)``: only these exception types retry, others
+        discard the job at once; ``discard_on=(ValueError,)``: these discard at once.
+        ``backoff=`` is seconds, ``callable(attempt)`` or ``callable(attempt, exc)``.
+        """
+        retry_types = check_exception_types("retry_on", retry_on)
+        discard_types = check_exception_types("discard_on", discard_on)
+        backoff_exc = backoff_takes_exception(backoff)
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             task_name = _payload.check_task_name(name or func.__name__)
@@ -228,6 +244,8 @@ class JobsApp(AppBase):
                 backoff=backoff, tags=tuple(_payload.check_tags(tags)), unique=unique,
                 rate_limit=RateLimit(rate_limit) if isinstance(rate_limit, str) else rate_limit,
                 concurrency=limit, concurrency_key=concurrency_key,
+                retry_on=retry_types, discard_on=discard_types,
+                backoff_takes_exception=backoff_exc,
             )
             task = Task(self, func, options)
             self.tasks[task_name] = task

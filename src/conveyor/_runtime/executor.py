@@ -23,6 +23,7 @@ from .._job import Job, JobState
 from .._registry import Registry
 from .._storage import JobAck, make_ack
 from .._task import Task
+from .._task_retry import QueueBackoff, discard_reason, task_delay
 
 log = logging.getLogger("conveyor.job")
 MAX_DELAY = _payload.MAX_DELAY_SECONDS
@@ -85,6 +86,8 @@ class Executor:
                                         "pid": os.getpid()}
         self._pool = concurrent.futures.ThreadPoolExecutor(threads, "conveyor-job")
         self._fits: dict[tuple[str, int, tuple[str, ...]], str | None] = {}
+        #: Each queue's live default backoff, kept current by the QueueSettings service.
+        self.queue_backoffs: dict[str, QueueBackoff] = {}
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -122,25 +125,50 @@ class Executor:
             entry["traceback"] = _payload.truncate(tb, cfg.max_traceback_chars)
         return _payload.storable(_payload.dumps(entry))
 
-    def _failure(self, ex: Execution, task: Task[Any, Any], message: str, tb: str) -> JobAck:
+    def _failure(self, ex: Execution, task: Task[Any, Any], message: str, tb: str,
+                 exc: BaseException | None = None) -> JobAck:
         job = ex.job
         error = self._error(ex, message, tb)
+        why = self._policy_discard(task, exc)
+        if why is not None:
+            log.warning("job discarded: %s: %s", why, message[:500], extra=ex.log_extra())
+            text = f"{why}; the attempt failed with {message}"
+            return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, text, tb))
         if job.attempt >= job.max_attempts:
             log.warning("job discarded after %d attempts: %s", job.attempt, message[:500],
                         extra=ex.log_extra())
             return self._ack(ex, JobState.DISCARDED, error_json=error)
-        backoff = task.defaults.backoff
-        if backoff is None:
-            delay = default_backoff(job.attempt) * random.uniform(0.9, 1.1)
-        elif callable(backoff):
-            delay = float(backoff(job.attempt))
-        else:
-            delay = float(backoff)
+        delay = self._retry_delay(task, job, exc)
         log.info("job failed, retry in %.2fs: %s", delay, message[:500], extra=ex.log_extra())
         if not delay <= MAX_DELAY:  # a backoff of inf or nan waits as long as allowed
             delay = MAX_DELAY
         state = JobState.RETRYABLE if delay > 0 else JobState.AVAILABLE
         return self._ack(ex, state, delay=max(delay, 0.0), error_json=error)
+
+    # -- retry policy (retry_on / discard_on / backoff): see conveyor._task_retry ----------
+
+    @staticmethod
+    def _policy_discard(task: Task[Any, Any], exc: BaseException | None) -> str | None:
+        """Why the task's retry_on/discard_on end the job at once, or None."""
+        opts = task.defaults
+        if not opts.retry_on and not opts.discard_on:
+            return None
+        return discard_reason(opts.retry_on, opts.discard_on, exc)
+
+    def _retry_delay(self, task: Task[Any, Any], job: Job, exc: BaseException | None) -> float:
+        """The task's own backoff, else its queue's live default, else the built-in one."""
+        opts = task.defaults
+        try:
+            delay = task_delay(opts.backoff, opts.backoff_takes_exception, job.attempt, exc)
+        except Exception as err:  # a broken backoff must not lose the job: built-in one
+            log.error("backoff of task %r raised %r; using the default backoff", task.name, err)
+            delay = None
+        if delay is not None:
+            return delay
+        queue_default = self.queue_backoffs.get(job.queue)
+        if queue_default is not None:
+            return queue_default.delay(job.attempt)
+        return default_backoff(job.attempt) * random.uniform(0.9, 1.1)
 
     async def _call(self, ex: Execution, task: Task[Any, Any]) -> Any:
         job, timeout = ex.job, task.defaults.timeout
@@ -217,7 +245,7 @@ class Executor:
             if ex.stop_reason is not None:
                 return self._stopped(ex)
             msg = f"TimeoutError: task ran past its timeout of {task.defaults.timeout}s"
-            return self._failure(ex, task, msg, "")
+            return self._failure(ex, task, msg, "", TimeoutError(msg))
         except BaseException as exc:
             # Whatever the handler raises is its attempt's failure: SystemExit,
             # KeyboardInterrupt, GeneratorExit and other BaseExceptions included. A real
@@ -237,7 +265,7 @@ class Executor:
             text = str(exc)
         except Exception:  # an exception that cannot print itself still fails the attempt
             text = "<str() of the exception failed>"
-        return self._failure(ex, task, f"{type(exc).__name__}: {text}", tb)
+        return self._failure(ex, task, f"{type(exc).__name__}: {text}", tb, exc)
 
     def _stopped(self, ex: Execution, result_json: str | None = None) -> JobAck | None:
         if ex.stop_reason == "lost":

@@ -35,6 +35,8 @@ class Heartbeat(Service):
         tasks: Sequence[str] = (),
         *,
         node_ttl: float,
+        labels: Mapping[str, str] | None = None,
+        version: str | None = None,
     ) -> None:
         self._storage = storage
         self._executions = executions
@@ -43,6 +45,7 @@ class Heartbeat(Service):
         self._node = NodeUpsertParams(
             id=node_id, hostname=socket.gethostname(), pid=os.getpid(),
             queues_json=json.dumps(dict(queues)), tasks_json=json.dumps(sorted(tasks)),
+            labels_json=json.dumps(dict(labels or {}), sort_keys=True), version=version,
             ttl=node_ttl,
         )
         self.node_ttl = node_ttl

@@ -1,13 +1,18 @@
-"""Live queue settings (pause, concurrency, rate limit) applied to this node's producers."""
+"""Live queue settings (pause, concurrency, rate limit, default backoff) applied to this
+node's producers and executor."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Mapping, MutableMapping
 
 from .._limits import RateLimit
 from .._storage import NodeListParams, QueueRow, Storage
+from .._task_retry import QueueBackoff, parse_queue_backoff
 from .producer import Producer
 from .service import Service
+
+log = logging.getLogger("conveyor.worker")
 
 
 class QueueSettings(Service):
@@ -17,9 +22,13 @@ class QueueSettings(Service):
     name = "queue-settings"
 
     def __init__(self, storage: Storage, node_id: str, producers: Mapping[str, Producer],
-                 interval: float) -> None:
+                 interval: float,
+                 backoffs: MutableMapping[str, QueueBackoff] | None = None) -> None:
         self._storage, self._node_id, self._producers = storage, node_id, producers
         self.interval = interval
+        #: Filled in place with each queue's default backoff (the executor reads it).
+        self.backoffs: MutableMapping[str, QueueBackoff] = {} if backoffs is None else backoffs
+        self._warned: set[tuple[str, str]] = set()
 
     async def start(self) -> None:
         await self.run_once()
@@ -40,7 +49,24 @@ class QueueSettings(Service):
             rate = RateLimit(row.rate_limit) if row is not None and row.rate_limit else None
             producer.apply(paused=bool(row and row.paused), limit=limit, rate_limit=rate)
             limits[name] = limit
+        self._apply_backoffs(rows)
         return limits
+
+    def _apply_backoffs(self, rows: Mapping[str, QueueRow]) -> None:
+        """Each queue's default backoff; a spec this version cannot read (written
+        around the API) is logged and ignored, the built-in backoff applies."""
+        for name in self._producers:
+            spec = rows[name].backoff if name in rows else None
+            if spec is None:
+                self.backoffs.pop(name, None)
+                continue
+            try:
+                self.backoffs[name] = parse_queue_backoff(spec)
+            except ValueError as exc:
+                if (name, spec) not in self._warned:  # once, not every interval
+                    self._warned.add((name, spec))
+                    log.warning("queue %r: ignoring its backoff: %s", name, exc)
+                self.backoffs.pop(name, None)
 
     async def _serving(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -76,9 +76,10 @@ class Worker:
         self.heartbeat = Heartbeat(storage, self.node_id, config.queues,
                                    lambda: list(self._executions.values()),
                                    config.heartbeat_interval, config.lease_ttl,
-                                   list(registry.tasks), node_ttl=config.node_ttl)
+                                   list(registry.tasks), node_ttl=config.node_ttl,
+                                   labels=config.labels, version=registry.config.version)
         self.settings = QueueSettings(storage, self.node_id, self.producers,
-                                      config.settings_interval)
+                                      config.settings_interval, self.executor.queue_backoffs)
         self.leader = LeaderElector(storage, self.node_id, config.leader_ttl)
         self.cron = CronScheduler(registry, observed.with_source("cron"), self.leader,
                                   config.cron_interval)

@@ -12,6 +12,7 @@ statements. The unique-insert merge lives in ``unique.py``, the migration check 
 from __future__ import annotations
 
 import dataclasses
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -193,7 +194,8 @@ class BaseStorage(ABC):
     async def job_prune(self, params: JobPruneParams) -> int:
         deleted = await self._write("job_prune", {
             "completed_age": params.completed_age, "discarded_age": params.discarded_age,
-            "limit": params.limit,
+            "limit": params.limit, "queue": params.queue,
+            "exclude": json.dumps(list(params.exclude_queues)),
         })
         await self._write("node_prune", {"age": params.node_age})
         await self._write("rate_limit_prune", {"age": params.node_age})
@@ -252,6 +254,7 @@ class BaseStorage(ABC):
         values = dataclasses.asdict(params)
         values["queues"] = values.pop("queues_json")
         values["tasks"] = values.pop("tasks_json")
+        values["labels"] = values.pop("labels_json")
         await self._write("node_upsert", values)
 
     async def node_delete(self, params: NodeDeleteParams) -> None:

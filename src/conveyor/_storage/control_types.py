@@ -17,6 +17,11 @@ class QueueRow:
     scope: str
     rate_limit: str | None
     updated_at: datetime
+    #: The queue's default backoff spec ('30', 'exp:5:3600'), for tasks that set none.
+    backoff: str | None = None
+    #: Seconds finished jobs of this queue are kept; None: the pruning worker's setting.
+    completed_retention: float | None = None
+    discarded_retention: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -28,9 +33,15 @@ class QueueUpdateParams:
     concurrency: int | None = None
     scope: str | None = None
     rate_limit: str | None = None
+    backoff: str | None = None
+    completed_retention: float | None = None
+    discarded_retention: float | None = None
     set_paused: bool = False
     set_concurrency: bool = False
     set_rate_limit: bool = False
+    set_backoff: bool = False
+    set_completed_retention: bool = False
+    set_discarded_retention: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,6 +56,10 @@ class NodeRow:
     #: Seconds after its last heartbeat at which the node counts as gone.
     ttl: float
     alive: bool
+    #: Operator labels of the worker (``--label k=v``, ``CONVEYOR_WORKER_LABELS``).
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: The app's version the worker runs (``Conveyor(version=...)``, ``CONVEYOR_APP_VERSION``).
+    version: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,6 +76,8 @@ class NodeUpsertParams:
     pid: int
     queues_json: str
     tasks_json: str = "[]"
+    labels_json: str = "{}"
+    version: str | None = None
     #: The node counts as alive while its last heartbeat is younger than this (the
     #: worker's ``WorkerConfig.node_ttl``: each node is judged by its own setting).
     ttl: float = dataclasses.field(kw_only=True)
@@ -206,6 +223,11 @@ class JobPruneParams:
     limit: int = 1000
     #: Nodes silent for this long (and past their own ttl) are deleted.
     node_age: float = 3600.0
+    #: Only this queue's jobs (a pass with the queue's own retention); None: every queue
+    #: but those named in ``exclude_queues``.
+    queue: str | None = None
+    #: Queues left to their own passes (they have a retention of their own).
+    exclude_queues: tuple[str, ...] = ()
 
 
 def gcra(tat: float | None, now: float, request: RateRequest) -> tuple[int, float, float]:

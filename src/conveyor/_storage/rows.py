@@ -189,7 +189,13 @@ def queue_row(r: Any) -> QueueRow:
     return QueueRow(
         name=r["name"], paused=bool(r["paused"]), concurrency=r["concurrency"],
         scope=r["scope"], rate_limit=r["rate_limit"], updated_at=_when(r["updated_at"]),
+        backoff=r["backoff"], completed_retention=_seconds(r["completed_retention"]),
+        discarded_retention=_seconds(r["discarded_retention"]),
     )
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def node_row(r: Any, json_text: bool) -> NodeRow:
@@ -198,6 +204,7 @@ def node_row(r: Any, json_text: bool) -> NodeRow:
         queues=_json(r["queues"], json_text, {}), tasks=_json(r["tasks"], json_text, []),
         started_at=_when(r["started_at"]), heartbeat_at=_when(r["heartbeat_at"]),
         ttl=float(r["ttl"]), alive=bool(r["alive"]),
+        labels=_json(r["labels"], json_text, {}), version=r["version"],
     )
 
 

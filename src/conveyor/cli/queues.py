@@ -17,6 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .._app import Conveyor, QueueInfo
+from .._task_retry import parse_queue_backoff
+from ..web._format import seconds
 from ._base import CONTEXT, EPILOG, UsageFailure, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import console, plain, print_json, safe
@@ -24,16 +26,27 @@ from ._render import console, plain, print_json, safe
 
 def _queues_table(queues: list[QueueInfo]) -> Table:
     table = Table(box=box.SIMPLE_HEAVY, title="Queues")
-    for header in ("queue", "paused", "concurrency", "rate limit", "nodes", "available",
-                   "running", "scheduled", "retryable", "discarded"):
+    for header in ("queue", "paused", "concurrency", "rate limit", "backoff", "retention",
+                   "nodes", "available", "running", "scheduled", "retryable", "discarded"):
         table.add_column(header)
     for q in queues:
         limit = "per worker" if q.concurrency is None else f"{q.concurrency} ({q.scope})"
         table.add_row(plain(q.name), Text("paused", style="red") if q.paused else Text("no"),
-                      limit, plain(q.rate_limit or "-"), str(len(q.nodes)),
+                      limit, plain(q.rate_limit or "-"), plain(q.backoff or "-"),
+                      _retention(q), str(len(q.nodes)),
                       *(str(q.counts.get(s, 0)) for s in
                         ("available", "running", "scheduled", "retryable", "discarded")))
     return table
+
+
+def _retention(q: QueueInfo) -> str:
+    """completed / discarded retention of the queue, "-" when it has none of its own."""
+    if q.completed_retention is None and q.discarded_retention is None:
+        return "-"
+
+    def one(value: float | None) -> str:
+        return "workers'" if value is None else seconds(value)
+    return f"{one(q.completed_retention)} / {one(q.discarded_retention)}"
 
 
 def _doc(value: Any) -> Any:
@@ -42,7 +55,8 @@ def _doc(value: Any) -> Any:
 
 @click.group(context_settings=CONTEXT, epilog=EPILOG)
 def queues() -> None:
-    """See and control queues on every worker: list, pause, resume, scale, rate."""
+    """See and control queues on every worker: list, pause, resume, scale, rate,
+    backoff, retention."""
 
 @queues.command("list", epilog=EPILOG)
 @json_option
@@ -136,3 +150,58 @@ def queues_rate(name: str, rate: str | None, force: bool, app_path: str | None, 
     """Limit how often jobs of queue NAME start, like 100/m; no RATE removes it."""
     _queue_action(name, app_path, url, f"rate limit {rate or 'removed'}",
                   lambda a: a.set_queue_rate_limit_async(name, rate), force)
+
+@queues.command("backoff", epilog=EPILOG)
+@click.argument("name")
+@click.argument("spec", required=False)
+@click.option("--reset", is_flag=True, help="Back to the built-in backoff.")
+@force_option
+@common_options
+def queues_backoff(name: str, spec: str | None, reset: bool, force: bool,
+                   app_path: str | None, url: str | None) -> None:
+    """Default backoff of queue NAME's failed jobs: SPEC is seconds (30) or
+    exp:BASE[:CAP] (exp:5:3600: 5 s, 10 s, 20 s ... up to an hour, with jitter).
+
+    It applies to tasks without a backoff= of their own: a task's own backoff wins,
+    then the queue's, then the built-in one. Running workers use it within about
+    --settings-interval.
+    """
+    if (spec is None) == (not reset):
+        raise click.UsageError("give SPEC or --reset")
+    if spec is not None:
+        try:
+            spec = parse_queue_backoff(spec).spec
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="SPEC") from None
+    _queue_action(name, app_path, url, f"backoff {spec or 'reset to the built-in one'}",
+                  lambda a: a.set_queue_backoff_async(name, spec), force)
+
+@queues.command("retention", epilog=EPILOG)
+@click.argument("name")
+@click.option("--completed", type=click.FloatRange(min=0), default=None,
+              help="Seconds completed and cancelled jobs of NAME are kept.")
+@click.option("--discarded", type=click.FloatRange(min=0), default=None,
+              help="Seconds discarded jobs of NAME are kept.")
+@click.option("--reset", is_flag=True,
+              help="Back to the pruning worker's --completed/--discarded-retention.")
+@force_option
+@common_options
+def queues_retention(name: str, completed: float | None, discarded: float | None, reset: bool,
+                     force: bool, app_path: str | None, url: str | None) -> None:
+    """How long finished jobs of queue NAME are kept before the pruner deletes them.
+
+    Overrides the workers' --completed-retention/--discarded-retention for this
+    queue; an option not given is left as it is. The leader's pruner applies it at
+    its next pass (--prune-interval).
+    """
+    if reset and (completed is not None or discarded is not None):
+        raise click.UsageError("give --completed/--discarded or --reset, not both")
+    if not reset and completed is None and discarded is None:
+        raise click.UsageError("give --completed and/or --discarded (seconds), or --reset")
+    kwargs: dict[str, Any] = ({"completed": None, "discarded": None} if reset else
+                              {k: v for k, v in (("completed", completed),
+                                                 ("discarded", discarded)) if v is not None})
+    verb = "retention reset to the workers' setting" if reset else "retention " + ", ".join(
+        f"{k} {seconds(v)}" for k, v in kwargs.items())
+    _queue_action(name, app_path, url, verb,
+                  lambda a: a.set_queue_retention_async(name, **kwargs), force)

@@ -98,10 +98,14 @@ def _tables(view: _data.Overview, nodes: list[_data.NodeView]) -> Group:
     parts: list[Any] = [states, hour, queues]
     if nodes:
         workers = Table(box=box.SIMPLE_HEAVY, title="Workers", title_justify="left")
-        for header in ("node", "host", "pid", "queues", "run", "heartbeat", "role"):
+        for header in ("node", "host", "pid", "version", "labels", "queues", "run",
+                       "heartbeat", "role"):
             workers.add_column(header)
         for n in nodes:
             workers.add_row(Text(n.id[:8]), Text(n.hostname), str(n.pid),
+                            Text(n.version or "-"),
+                            Text(",".join(f"{k}={v}" for k, v in sorted(n.labels.items()))
+                                 or "-"),
                             Text(",".join(f"{k}:{v}" for k, v in n.queues.items())),
                             str(n.running), Text(f"{seconds(n.heartbeat_age)} ago",
                                                  style="" if n.alive else "red"),
@@ -130,7 +134,8 @@ def status(app_path: str | None, url: str | None, as_json: bool) -> None:
             "queues": [{"name": q.name, "paused": q.paused, "counts": q.counts,
                         "concurrency": q.concurrency} for q in view.queues],
             "workers": [{"id": n.id, "hostname": n.hostname, "alive": n.alive,
-                         "running": n.running, "leader": n.leader} for n in nodes],
+                         "running": n.running, "leader": n.leader, "version": n.version,
+                         "labels": n.labels} for n in nodes],
         })
         return
     console().print(_tables(view, nodes))

@@ -8,6 +8,7 @@ from the dataclass fields: a new setting gets its flag, default and help (the fi
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import typing
 from collections.abc import Callable, Sequence
@@ -17,14 +18,14 @@ import click
 
 from .. import _payload
 from .._app import Conveyor
-from .._config import WorkerConfig
+from .._config import WorkerConfig, labels_from_env, parse_labels, parse_queue_specs
 from ._base import EPILOG, common_options, run_async
 from ._loading import open_app
 from ._logging import LOG_LEVELS, configure_logging
 from ._supervisor import exit_if_handlers_linger, supervise
 
-#: WorkerConfig fields with their own hand-written options (-q/-c, --burst).
-NOT_FLAGS = frozenset({"queues", "burst"})
+#: WorkerConfig fields with their own hand-written options (-q/-c, --burst, --label).
+NOT_FLAGS = frozenset({"queues", "burst", "labels"})
 
 
 def config_fields() -> list[dataclasses.Field[Any]]:
@@ -70,31 +71,49 @@ class WorkerOptions:
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     log_level: str = "INFO"
     log_format: str = "text"
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def parse_queues(specs: Sequence[str], concurrency: int) -> dict[str, int]:
-    """``("default,mail:5",)`` -> ``{"default": concurrency, "mail": 5}``."""
-    queues: dict[str, int] = {}
-    for entry in (part.strip() for spec in specs for part in spec.split(",")):
-        if not entry:
-            continue
-        name, sep, limit = entry.partition(":")
-        name = name.strip()
-        if not name:
-            raise click.BadParameter(f"empty queue name in {entry!r}", param_hint="-q")
-        if not sep:
-            queues[name] = concurrency
-            continue
+def parse_queues(specs: Sequence[str], concurrency: int,
+                 app_names: Sequence[str] = ()) -> dict[str, int]:
+    """``("default,mail:5",)`` -> ``{"default": concurrency, "mail": 5}``; ``*`` stands
+    for ``app_names`` (every queue the app names)."""
+    text = ",".join(specs)
+    if not text.replace(",", "").strip():
+        return {"default": concurrency}
+    try:
+        return parse_queue_specs(text, concurrency, "-q", app_names)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).removeprefix("-q: "), param_hint="-q") from None
+
+
+def choose_queues(app: Conveyor, queue_specs: Sequence[str], concurrency: int,
+                  all_queues: bool) -> dict[str, int]:
+    """-q if given, else --all-queues, else $CONVEYOR_QUEUES, else every queue the app
+    names (``default`` included)."""
+    every = list(app_queues(app, concurrency))
+    if all_queues:
+        if queue_specs:
+            raise click.UsageError("give -q or --all-queues, not both (-q '*,mail:5' "
+                                   "serves every queue and sets mail's concurrency)")
+        return app_queues(app, concurrency)
+    if queue_specs:
+        return parse_queues(queue_specs, concurrency, every)
+    env = os.environ.get("CONVEYOR_QUEUES", "")
+    if env.strip():
         try:
-            value = int(limit)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise click.BadParameter(
-                f"concurrency of {name!r} must be an int >= 1, got {limit!r}", param_hint="-q"
-            )
-        queues[name] = value
-    return queues or {"default": concurrency}
+            return parse_queue_specs(env, concurrency, "CONVEYOR_QUEUES", every)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    return app_queues(app, concurrency)
+
+
+def worker_labels(flags: Sequence[str]) -> dict[str, str]:
+    """$CONVEYOR_WORKER_LABELS, then every --label over it."""
+    try:
+        return {**labels_from_env(), **parse_labels(flags)}
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def app_queues(app: Conveyor, concurrency: int) -> dict[str, int]:
@@ -111,7 +130,8 @@ def build_config(opts: WorkerOptions) -> WorkerConfig:
     try:
         for name in opts.queues:
             _payload.check_queue_name(name)
-        return WorkerConfig(queues=dict(opts.queues), burst=opts.burst, **opts.settings)
+        return WorkerConfig(queues=dict(opts.queues), burst=opts.burst, labels=opts.labels,
+                            **opts.settings)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -128,6 +148,8 @@ def child_argv(app_path: str, url: str | None, opts: WorkerOptions) -> list[str]
              "--processes", "1"]
     if opts.burst:
         argv.append("--burst")
+    for key, value in opts.labels.items():
+        argv += ["--label", f"{key}={value}"]
     if url:
         argv += ["--url", url]
     return argv
@@ -137,8 +159,16 @@ def child_argv(app_path: str, url: str | None, opts: WorkerOptions) -> list[str]
 @click.argument("app_arg", metavar="[APP_PATH]", required=False)
 @click.option("-q", "--queues", "queue_specs", multiple=True, metavar="Q[:N],...",
               help="Queues to work, comma-separated, each with an optional :concurrency "
-              "(e.g. default,mail:5). Default: default and every queue the app's tasks "
-              "and schedules name.")
+              "(e.g. default,mail:5); '*' is every queue the app names. Default: "
+              "$CONVEYOR_QUEUES (e.g. default=10,emails=5), else default and every queue "
+              "the app's tasks and schedules name.")
+@click.option("--all-queues", is_flag=True,
+              help="Serve default and every queue the app's tasks and schedules name "
+              "(even when $CONVEYOR_QUEUES is set).")
+@click.option("--label", "label_specs", multiple=True, metavar="KEY=VALUE",
+              help="A label of this worker, shown with its node in conveyor status, the "
+              "dashboard and explain (repeatable; added to $CONVEYOR_WORKER_LABELS, "
+              "e.g. region=eu,tier=gold).")
 @click.option("-c", "--concurrency", type=click.IntRange(min=1), default=10, show_default=True,
               help="Concurrency of queues given without :N.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
@@ -150,23 +180,27 @@ def child_argv(app_path: str, url: str | None, opts: WorkerOptions) -> list[str]
 @click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="json: one JSON object per line.")
 @common_options
-def worker(app_arg: str | None, queue_specs: tuple[str, ...], concurrency: int,
+def worker(app_arg: str | None, queue_specs: tuple[str, ...], all_queues: bool,
+           label_specs: tuple[str, ...], concurrency: int,
            processes: int, burst: bool, log_level: str, log_format: str,
            app_path: str | None, url: str | None, **settings: Any) -> None:
     """Run a worker for the app at APP_PATH (module:attribute, or $CONVEYOR_APP).
 
     SIGTERM or Ctrl-C stops fetching and lets running jobs finish (up to
     --shutdown-timeout); a second Ctrl-C or SIGTERM exits at once.
+
+    The worker records its labels and the app's version (Conveyor(version=...) or
+    $CONVEYOR_APP_VERSION) with its node.
     """
     app_path = app_arg or app_path
     if not app_path:
         raise click.UsageError("missing APP_PATH (module:attribute), or set $CONVEYOR_APP")
+    labels = worker_labels(label_specs)
     app = open_app(app_path, url)  # fails once here, not once per child
-    queues = (parse_queues(queue_specs, concurrency) if queue_specs
-              else app_queues(app, concurrency))
+    queues = choose_queues(app, queue_specs, concurrency, all_queues)
     opts = WorkerOptions(
         queues=queues, concurrency=concurrency, burst=burst,
-        settings=settings, log_level=log_level.upper(), log_format=log_format,
+        settings=settings, log_level=log_level.upper(), log_format=log_format, labels=labels,
     )
     config = build_config(opts)
     if processes > 1:

@@ -60,6 +60,10 @@ class QueueView:
     counts: dict[str, int]
     hour_completed: float
     hour_failed: float
+    #: The queue's default backoff and retentions (None: built-in / the workers' own).
+    backoff: str | None = None
+    completed_retention: float | None = None
+    discarded_retention: float | None = None
 
 
 #: Why the per-minute figures are missing when no metric was ever recorded.
@@ -117,6 +121,9 @@ async def queues(ops: Operations, counts: list[StateCount] | None = None) -> lis
             counts={s.value: by_queue.get(name, {}).get(s.value, 0) for s in ACTIVE_STATES},
             hour_completed=metrics.get("completed", 0.0),
             hour_failed=metrics.get("retried", 0.0) + metrics.get("discarded", 0.0),
+            backoff=row.backoff if row else None,
+            completed_retention=row.completed_retention if row else None,
+            discarded_retention=row.discarded_retention if row else None,
         ))
     return out
 
@@ -314,6 +321,8 @@ class NodeView:
     alive: bool
     running: int
     leader: bool
+    labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    version: str | None = None
 
 
 async def workers(ops: Operations) -> list[NodeView]:
@@ -323,7 +332,8 @@ async def workers(ops: Operations) -> list[NodeView]:
     now = await ops.clock_now()
     return [NodeView(n.id, n.hostname, n.pid, n.queues, n.started_at,
                      max((now - n.heartbeat_at).total_seconds(), 0.0), n.alive,
-                     running.get(n.id, 0), leader is not None and leader.node_id == n.id)
+                     running.get(n.id, 0), leader is not None and leader.node_id == n.id,
+                     n.labels, n.version)
             for n in nodes]
 
 

@@ -8,9 +8,11 @@ SELECT * FROM conveyor_queues ORDER BY name;
 
 -- name: queue_update
 -- Upsert one queue's settings; each set_* flag says whether that column changes.
-INSERT INTO conveyor_queues (name, paused, concurrency, scope, rate_limit, updated_at)
+INSERT INTO conveyor_queues (name, paused, concurrency, scope, rate_limit, backoff,
+                             completed_retention, discarded_retention, updated_at)
 VALUES (%(name)s, coalesce(%(paused)s::boolean, false), %(concurrency)s::integer,
-        coalesce(%(scope)s::text, 'split'), %(rate_limit)s::text, now())
+        coalesce(%(scope)s::text, 'split'), %(rate_limit)s::text, %(backoff)s::text,
+        %(completed_retention)s::float8, %(discarded_retention)s::float8, now())
 ON CONFLICT (name) DO UPDATE SET
     paused = CASE WHEN %(set_paused)s THEN excluded.paused ELSE conveyor_queues.paused END,
     concurrency = CASE WHEN %(set_concurrency)s THEN excluded.concurrency
@@ -18,6 +20,13 @@ ON CONFLICT (name) DO UPDATE SET
     scope = CASE WHEN %(set_concurrency)s THEN excluded.scope ELSE conveyor_queues.scope END,
     rate_limit = CASE WHEN %(set_rate_limit)s THEN excluded.rate_limit
                       ELSE conveyor_queues.rate_limit END,
+    backoff = CASE WHEN %(set_backoff)s THEN excluded.backoff ELSE conveyor_queues.backoff END,
+    completed_retention = CASE WHEN %(set_completed_retention)s
+                               THEN excluded.completed_retention
+                               ELSE conveyor_queues.completed_retention END,
+    discarded_retention = CASE WHEN %(set_discarded_retention)s
+                               THEN excluded.discarded_retention
+                               ELSE conveyor_queues.discarded_retention END,
     updated_at = now();
 
 -- name: node_list
@@ -109,13 +118,18 @@ WHERE j.id = %(id)s AND o.state = 'available' AND o.queue = j.queue AND o.id <> 
 -- One bounded batch: short locks, repeated by the pruner until nothing is left. The ids
 -- go in as an array (= ANY), so the delete is one primary-key probe per id; with IN
 -- (subquery) the generic plan hash-joined the batch against every job of the table.
+-- queue limits the batch to one queue (a pass with that queue's own retention);
+-- otherwise the queues named in exclude (a JSON array) are left to their own passes.
 DELETE FROM conveyor_jobs
 WHERE id = ANY(ARRAY(
     SELECT id FROM conveyor_jobs
-    WHERE (state IN ('completed', 'cancelled')
-           AND finished_at < now() - %(completed_age)s::float8 * interval '1 second')
-       OR (state = 'discarded'
-           AND finished_at < now() - %(discarded_age)s::float8 * interval '1 second')
+    WHERE ((state IN ('completed', 'cancelled')
+            AND finished_at < now() - %(completed_age)s::float8 * interval '1 second')
+        OR (state = 'discarded'
+            AND finished_at < now() - %(discarded_age)s::float8 * interval '1 second'))
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+      AND (%(queue)s::text IS NOT NULL
+           OR queue <> ALL(ARRAY(SELECT jsonb_array_elements_text(%(exclude)s::jsonb))))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))

@@ -205,12 +205,13 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY state;
 
 -- name: node_upsert
-INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, started_at, heartbeat_at, ttl)
+INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, labels, version, started_at,
+                            heartbeat_at, ttl)
 VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::integer, %(queues)s::jsonb, %(tasks)s::jsonb,
-        now(), now(), %(ttl)s::float8)
+        %(labels)s::jsonb, %(version)s::text, now(), now(), %(ttl)s::float8)
 ON CONFLICT (id) DO UPDATE
 SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at,
-    ttl = excluded.ttl;
+    ttl = excluded.ttl, labels = excluded.labels, version = excluded.version;
 
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = %(id)s::text;

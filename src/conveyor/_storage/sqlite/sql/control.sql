@@ -8,14 +8,21 @@ SELECT * FROM conveyor_queues ORDER BY name;
 
 -- name: queue_update
 -- Upsert one queue's settings; each set_* flag says whether that column changes.
-INSERT INTO conveyor_queues (name, paused, concurrency, scope, rate_limit, updated_at)
+INSERT INTO conveyor_queues (name, paused, concurrency, scope, rate_limit, backoff,
+                             completed_retention, discarded_retention, updated_at)
 VALUES (:name, coalesce(:paused, 0), :concurrency, coalesce(:scope, 'split'), :rate_limit,
+        :backoff, :completed_retention, :discarded_retention,
         (julianday('now') - 2440587.5) * 86400.0)
 ON CONFLICT (name) DO UPDATE SET
     paused = CASE WHEN :set_paused THEN excluded.paused ELSE paused END,
     concurrency = CASE WHEN :set_concurrency THEN excluded.concurrency ELSE concurrency END,
     scope = CASE WHEN :set_concurrency THEN excluded.scope ELSE scope END,
     rate_limit = CASE WHEN :set_rate_limit THEN excluded.rate_limit ELSE rate_limit END,
+    backoff = CASE WHEN :set_backoff THEN excluded.backoff ELSE backoff END,
+    completed_retention = CASE WHEN :set_completed_retention
+                               THEN excluded.completed_retention ELSE completed_retention END,
+    discarded_retention = CASE WHEN :set_discarded_retention
+                               THEN excluded.discarded_retention ELSE discarded_retention END,
     updated_at = excluded.updated_at;
 
 -- name: node_list
@@ -108,13 +115,17 @@ WHERE j.id = :id AND o.state = 'available' AND o.queue = j.queue AND o.id <> j.i
 
 -- name: job_prune
 -- One bounded batch: short write locks, repeated by the pruner until nothing is left.
+-- :queue limits the batch to one queue (a pass with that queue's own retention);
+-- otherwise the queues named in :exclude (a JSON array) are left to their own passes.
 DELETE FROM conveyor_jobs
 WHERE id IN (
     SELECT id FROM conveyor_jobs
-    WHERE (state IN ('completed', 'cancelled')
-           AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :completed_age)
-       OR (state = 'discarded'
-           AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :discarded_age)
+    WHERE ((state IN ('completed', 'cancelled')
+            AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :completed_age)
+        OR (state = 'discarded'
+            AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :discarded_age))
+      AND (:queue IS NULL OR queue = :queue)
+      AND (:queue IS NOT NULL OR queue NOT IN (SELECT value FROM json_each(:exclude)))
     LIMIT :limit
 )
 RETURNING id;

@@ -148,13 +148,14 @@ WHERE (:queue IS NULL OR queue = :queue)
 GROUP BY state;
 
 -- name: node_upsert
-INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, started_at, heartbeat_at, ttl)
-VALUES (:id, :hostname, :pid, :queues, :tasks,
+INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, labels, version, started_at,
+                            heartbeat_at, ttl)
+VALUES (:id, :hostname, :pid, :queues, :tasks, :labels, :version,
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
         :ttl)
 ON CONFLICT (id) DO UPDATE
 SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at,
-    ttl = excluded.ttl;
+    ttl = excluded.ttl, labels = excluded.labels, version = excluded.version;
 
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = :id;

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from .._config import ConveyorConfig, url_from_env
 from .._hooks import Middleware, StateListener
 from .._observed import ObservedStorage
+from .._payload_types import TypeCodec
 from .._portal import Portal
 from .._registry import AppRegistry
 from .._storage import MigrateParams, Migration, Storage, WakeHub, create_storage
@@ -27,6 +28,8 @@ class AppBase:
         self.tasks = self.registry.tasks
         self.schedules = self.registry.schedules
         self.hooks = self.registry.hooks
+        #: Argument types beyond JSON that this app stores (``register_type``).
+        self.codec = TypeCodec()
         self._hub = WakeHub()
         # Fail on a malformed URL now, not at the first enqueue.
         self._offline = create_storage(self.url, self._hub, self.config.pool_max_size)

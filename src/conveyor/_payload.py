@@ -147,7 +147,7 @@ def _encode_rich(task: str, label: str, value: Any, codec: TypeCodec) -> Any:
     except Unstorable as exc:
         where = f" at {exc.path}" if exc.path else ""
         raise TypeError(
-            f"argument {label} of task {task!r} is not JSON-serialisable: a {exc.type_name}"
+            f"argument {label} of task {task!r} is not JSON-serialisable: type {exc.type_name}"
             f"{where} is neither JSON nor a type Conveyor stores ({STORED_TYPES}); "
             "register it with app.register_type(cls, encode, decode)"
         ) from None

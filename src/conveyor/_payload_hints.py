@@ -51,10 +51,6 @@ def _decimal(value: Any) -> Decimal:
         raise ValueError(f"{value!r} is not a decimal number") from None
 
 
-def _float(value: Any) -> Any:
-    return float(value) if type(value) is int else value
-
-
 def _timedelta(value: Any) -> timedelta:
     if isinstance(value, timedelta):
         return value
@@ -70,7 +66,6 @@ _SIMPLE: dict[Any, Converter] = {
     UUID: _from_text(UUID, UUID),
     Decimal: _decimal,
     timedelta: _timedelta,
-    float: _float,
 }
 
 
@@ -275,15 +270,30 @@ class CallPlan:
                     self._positional.append(param)
                 if p.kind is not kinds.POSITIONAL_ONLY:
                     self._named[p.name] = param
+        params = [*self._positional, *self._named.values(), self._rest, self._extra]
+        #: No annotation asks for a conversion: only tags need reading back.
+        self._trivial = all(p is None or p.convert is None for p in params)
 
     def apply(self, args: list[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """Raises ``ArgumentsError`` naming the argument that cannot be converted."""
+        if self._trivial and not self._tagged(args, kwargs):
+            return args, kwargs  # the common case: nothing to read back, nothing copied
         positional, count = self._positional, len(self._positional)
         out_args = [self._one(positional[i] if i < count else self._rest, f"#{i}", v)
                     for i, v in enumerate(args)]
         out_kwargs = {k: self._one(self._named.get(k) or self._extra, repr(k), v)
                       for k, v in kwargs.items()}
         return out_args, out_kwargs
+
+    def _tagged(self, args: list[Any], kwargs: dict[str, Any]) -> bool:
+        untag = self._codec.untag
+        try:
+            for value in (*args, *kwargs.values()):
+                if (type(value) is list or type(value) is dict) and untag(value) is not value:
+                    return True
+        except ArgumentsError:
+            return True  # the full path names the argument
+        return False
 
     def _one(self, param: _Param | None, label: str, value: Any) -> Any:
         name = f"{param.name!r} ({label})" if param is not None else label

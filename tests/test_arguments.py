@@ -439,10 +439,13 @@ def test_the_dashboard_shows_encrypted_arguments_as_encrypted(
     key_id, token = fingerprint(keys[0].encode()), job.args[0]["v"]
     with TestClient(create_app(app), base_url="http://localhost") as client:
         listing, page = client.get("/jobs").text, client.get(f"/jobs/{job.id}").text
+        found = client.get(f"/jobs?q={key_id}").text  # an operator finds a key's jobs
+        other = client.get("/jobs?q=000000000000").text
     assert f"🔒 encrypted (key {key_id})" in listing
     assert f"Encrypted at rest with key <code>{key_id}</code>" in page
-    for html in (listing, page):
+    for html in (listing, page, found):
         assert SECRET not in html and token not in html
+    assert f"/jobs/{job.id}" in found and f"/jobs/{job.id}" not in other
 
 
 def test_real_worker_processes_decrypt_with_the_key_from_their_environment(
@@ -476,7 +479,31 @@ def test_real_worker_processes_decrypt_with_the_key_from_their_environment(
         app.close()
     assert done is not None
     assert done.state == JobState.COMPLETED, (done.errors, log.read_text())
+    # The CLI shows the sealed marker, never the plaintext (it never decrypts).
+    shown = subprocess.run([sys.executable, "-m", "conveyor", "jobs", "show", str(job.id),
+                            "--app", "tests.apps.arguments:app"], env={**env, "COLUMNS": "300"},
+                           cwd=ROOT, capture_output=True, text=True, timeout=60, check=True).stdout
+    args_shown = shown.split("kwargs")[0]  # the result is plaintext: handlers choose what it holds
+    assert '"__conveyor__": "encrypted"' in args_shown and str(customer) not in args_shown, shown
     assert done.result["customer"] == ["UUID", repr(customer)]
     assert done.result["lines"] == ["list", repr([line])]
     assert done.result["total"] == ["Money", repr(module.Money(Decimal("3.5"), "EUR"))]
     assert done.result["at"] == ["datetime", repr(at)] and done.result["note"] == ["NoneType", "None"]
+
+
+class Sku(str):
+    """A str subclass: plain JSON would store it as text and lose the type."""
+
+
+def test_a_registered_subclass_of_a_json_type_keeps_its_type(app: Conveyor) -> None:
+    app.register_type(Sku, str, Sku, tag="sku")
+    got: list[Any] = []
+
+    @app.task
+    def handler(anything: Any) -> None:
+        got.append(anything)
+
+    job = handler.enqueue(Sku("A-1"))
+    assert job.args == [{"__conveyor__": "sku", "v": "A-1"}]
+    assert run_until(app, job, JobState.COMPLETED, JobState.DISCARDED).state == JobState.COMPLETED
+    assert got == ["A-1"] and type(got[0]) is Sku

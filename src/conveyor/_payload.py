@@ -173,7 +173,7 @@ def encode_arguments(
     try:  # no arguments is common enough to skip the encoder for
         args_json = dumps(list(args)) if args else "[]"
         kwargs_json = dumps(dict(kwargs)) if kwargs else "{}"
-        plain = TAG_TEXT not in args_json and TAG_TEXT not in kwargs_json
+        plain = TAG_TEXT not in args_json and TAG_TEXT not in kwargs_json and not codec.shadows_json
     except (TypeError, ValueError, RecursionError):
         plain = False
     if not plain:

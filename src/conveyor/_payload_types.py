@@ -137,6 +137,9 @@ class TypeCodec:
     def __init__(self) -> None:
         self._by_type: dict[type[Any], CustomType] = {}
         self._by_tag: dict[str, CustomType] = {}
+        #: A registered type is a str, int, float, list, tuple or dict subclass, which the
+        #: plain JSON encoder would take as its base type: every enqueue must tag.
+        self.shadows_json = False
 
     def register(self, cls: type[Any], encode: Callable[[Any], Any],
                  decode: Callable[[Any], Any], tag: str | None = None) -> None:
@@ -154,6 +157,7 @@ class TypeCodec:
             raise ValueError(f"{cls.__qualname__} or tag {tag!r} is already registered")
         custom = CustomType(cls, tag, encode, decode)
         self._by_type[cls] = self._by_tag[tag] = custom
+        self.shadows_json |= issubclass(cls, str | int | float | list | tuple | dict)
 
     def custom_for(self, cls: Any) -> CustomType | None:
         return self._by_type.get(cls) if isinstance(cls, type) else None

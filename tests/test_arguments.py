@@ -125,7 +125,8 @@ def test_rich_arguments_reach_the_handler_as_the_annotated_types(app: Conveyor, 
                 ident: UUID, price: Decimal, color: Color, size: Size, point: Point,
                 address: Address, ids: list[UUID], prices: dict[str, Decimal],
                 by_number: dict[int, Color], maybe: UUID | None, pair: tuple[int, Color],
-                blob: bytes, members: frozenset[str], untyped: Any = None) -> dict[str, Any]:
+                blob: bytes, members: frozenset[str], either: int | Point,
+                untyped: Any = None) -> dict[str, Any]:
         got.update(locals())
         return {"price": str(price), "ids": [str(i) for i in ids]}
 
@@ -139,6 +140,7 @@ def test_rich_arguments_reach_the_handler_as_the_annotated_types(app: Conveyor, 
         address=Address(city="Lyon", since=date(2020, 5, 4), id=ident),
         ids=[ident, uuid4()], prices={"a": Decimal("1E+3")}, by_number={7: Color.RED},
         maybe=None, pair=(1, Color.BLUE), blob=b"\x00\xff bytes", members=frozenset({"x"}),
+        either=Point(Decimal(1), datetime(2026, 1, 1), Color.RED),
         untyped={"when": datetime(2026, 1, 2, tzinfo=UTC), "ids": {ident}},
     )
     job = handler.enqueue(**values)
@@ -188,16 +190,18 @@ def test_user_dicts_that_use_the_tag_key_round_trip(app: Conveyor) -> None:
 
     @app.task
     def handler(plain: dict[str, Any], rich: Any, nested: list[Any]) -> None:
-        got.extend([plain, rich, nested])
+        got.append([plain, rich, nested])
 
     plain = {"__conveyor__": "uuid", "v": "not a uuid"}
     rich = {"__conveyor__": "encrypted", "v": uuid4(), "inner": {"__conveyor__": "dict"}}
     nested = [{"__conveyor__": None}, {"__conveyor__": "set", "v": [1]}]
-    job = handler.enqueue(plain, rich, nested)
-    assert job.args[0] == {"__conveyor__": "dict", "v": plain}  # escaped on the fast path too
-    assert run_until(app, job, JobState.COMPLETED, JobState.DISCARDED).state == JobState.COMPLETED
-    assert got == [plain, rich, nested]
-    assert app.get_job(job.id) is not None  # reading it back is not confused either
+    job = handler.enqueue(plain, rich, nested)  # with a UUID: the tagging path
+    only_json = handler.enqueue(plain, "x", nested)  # plain JSON: the C encoder's path
+    for stored_job in (job, only_json):
+        assert stored_job.args[0] == {"__conveyor__": "dict", "v": plain}
+    run_all(app)
+    assert app.count_jobs()["completed"] == 2
+    assert len(got) == 2 and [plain, rich, nested] in got and [plain, "x", nested] in got
 
 
 def test_an_unstorable_argument_is_named_and_nothing_is_inserted(app: Conveyor) -> None:

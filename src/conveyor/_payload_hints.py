@@ -128,15 +128,20 @@ class HintCompiler:
             assert only is not None
             return lambda v: None if v is None else only(v)
 
+        real = [c for c in converters if c is not None]
+        lenient = len(real) < len(converters)  # a plain member takes what no other fits
+
         def convert(value: Any) -> Any:
             if value is None or (exact and type(value) in exact):
                 return value
             errors = []
-            for c in converters:
+            for c in real:
                 try:
-                    return value if c is None else c(value)
+                    return c(value)
                 except (TypeError, ValueError, ArgumentsError) as exc:
                     errors.append(str(exc))
+            if lenient:
+                return value
             raise TypeError("no member of the union fits: " + "; ".join(errors))
         return convert
 

@@ -17,7 +17,7 @@ from contextlib import closing
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import psycopg
@@ -30,6 +30,9 @@ from conveyor._payload_crypt import ENV, EncryptionError, fingerprint
 
 from ._runtime_util import all_final, in_state, run_worker_until
 from .conftest import WaitFor
+
+if TYPE_CHECKING:  # a name the handler's annotations cannot resolve at run time
+    from decimal import Context as OnlyForTypeCheckers
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "4111-1111-1111-1111"
@@ -171,7 +174,8 @@ def test_plain_json_is_stored_as_before_and_converted_by_annotation(app: Conveyo
     got: dict[str, Any] = {}
 
     @app.task
-    def handler(ident: UUID, when: datetime, color: Color, n: int, opts: dict[str, Any]) -> None:
+    def handler(ident: UUID, when: datetime, color: Color, n: int, opts: dict[str, Any],
+                hidden: OnlyForTypeCheckers | None = None) -> None:  # unresolvable: as stored
         got.update(locals())
 
     ident = uuid4()
@@ -183,6 +187,7 @@ def test_plain_json_is_stored_as_before_and_converted_by_annotation(app: Conveyo
     assert run_until(app, job, JobState.COMPLETED, JobState.DISCARDED).state == JobState.COMPLETED
     assert got["ident"] == ident and got["when"] == datetime(2026, 1, 1, tzinfo=UTC)
     assert got["color"] is Color.RED and got["n"] == 3 and got["opts"] == {"a": [1, 2]}
+    assert got["hidden"] is None
 
 
 def test_user_dicts_that_use_the_tag_key_round_trip(app: Conveyor) -> None:
@@ -307,6 +312,29 @@ def test_encrypted_arguments_are_sealed_at_rest_and_plain_in_the_handler(
     assert done.state == JobState.COMPLETED and done.result == "paid", done.errors
     assert got == {"card": SECRET, "amount": Decimal("12.50"), "when": when,
                    "memo": {"__conveyor__": "x", "n": 1}}
+
+
+def test_turning_encrypt_on_or_off_keeps_queued_jobs_runnable(db_url: str, keys: list[str]) -> None:
+    before, after, ran = Conveyor(db_url), Conveyor(db_url), list[str]()
+
+    def pay(card: str) -> None:
+        ran.append(card)
+
+    sealed_task = before.task(encrypt=True)(pay)
+    plain_task = after.task(pay)
+    try:
+        sealed_task.enqueue("sealed")  # queued by the old code, run by the new one
+        plain = plain_task.enqueue("plain")
+        assert plain.args == ["plain"]
+        run_all(after)
+        after.tasks.clear()
+        after.task(encrypt=True)(pay)  # and the other way round
+        plain_task.enqueue("plain again")
+        run_all(after)
+        assert sorted(ran) == ["plain", "plain again", "sealed"]
+    finally:
+        before.close()
+        after.close()
 
 
 def test_a_task_without_encrypt_stores_plaintext(app: Conveyor, db_url: str, keys: list[str]) -> None:

@@ -539,3 +539,21 @@ def test_a_registered_subclass_of_a_json_type_keeps_its_type(app: Conveyor) -> N
     assert job.args == [{"__conveyor__": "sku", "v": "A-1"}]
     assert run_until(app, job, JobState.COMPLETED, JobState.DISCARDED).state == JobState.COMPLETED
     assert got == ["A-1"] and type(got[0]) is Sku
+
+
+def test_a_registered_type_wins_over_the_built_in_rule(app: Conveyor) -> None:
+    app.register_type(UUID, lambda u: u.hex, lambda v: UUID(hex=v), tag="uuid-hex")
+    with pytest.raises(ValueError, match="plain JSON"):
+        app.register_type(dict, str, str, tag="mydict")
+    got: list[Any] = []
+
+    @app.task
+    def handler(ident: UUID, anything: Any) -> None:
+        got.extend([ident, anything])
+
+    ident = uuid4()
+    job = handler.enqueue(ident, [ident])
+    tagged = {"__conveyor__": "uuid-hex", "v": ident.hex}
+    assert job.args == [tagged, [tagged]]
+    assert run_until(app, job, JobState.COMPLETED, JobState.DISCARDED).state == JobState.COMPLETED
+    assert got == [ident, [ident]]

@@ -83,13 +83,13 @@ class HintCompiler:
     def compile(self, hint: Any) -> Converter | None:
         """A converter for ``hint``, or None when values pass as they are."""
         try:
-            key = hash(hint) and hint
+            hash(hint)
         except TypeError:
             return self._compile(hint)
-        if key not in self._seen:
-            self._seen[key] = None  # a recursive dataclass meets itself: pass through
-            self._seen[key] = self._compile(hint)
-        return self._seen[key]
+        if hint not in self._seen:
+            self._seen[hint] = None  # a recursive dataclass meets itself: pass through
+            self._seen[hint] = self._compile(hint)
+        return self._seen[hint]
 
     def _compile(self, hint: Any) -> Converter | None:
         origin, params = typing.get_origin(hint), typing.get_args(hint)
@@ -99,13 +99,13 @@ class HintCompiler:
             return self._union(params)
         if origin is not None:
             return self._generic(origin, params)
+        custom = self._codec.custom_for(hint)
+        if custom is not None:  # a registered type wins over the built-in rules
+            return _instance_or(hint, custom.decode)
         if hint in _SIMPLE:
             return _SIMPLE[hint]
         if hint in _PLAIN or hint is Any or not isinstance(hint, type):
             return None  # plain JSON, Any, TypeVars, Literal, NewType...: as stored
-        custom = self._codec.custom_for(hint)
-        if custom is not None:
-            return _instance_or(hint, custom.decode)
         if issubclass(hint, enum.Enum):
             return _instance_or(hint, hint)
         if dataclasses.is_dataclass(hint):
@@ -265,7 +265,11 @@ class CallPlan:
         self._extra: _Param | None = None
         kinds = inspect.Parameter
         for p in inspect.signature(fn).parameters.values():
-            param = _Param(p.name, hints.get(p.name, Any), compiler.compile(hints.get(p.name, Any)))
+            hint = hints.get(p.name, Any)
+            try:
+                param = _Param(p.name, hint, compiler.compile(hint))
+            except Exception:  # an annotation we cannot follow must not block the job
+                param = _Param(p.name, hint, None)
             if p.kind is kinds.VAR_POSITIONAL:
                 self._rest = param
             elif p.kind is kinds.VAR_KEYWORD:

@@ -116,6 +116,9 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+_JSON_TYPES = frozenset({str, int, float, bool, type(None), list, tuple, dict})
+
+
 def _key_text(key: Any, path: str) -> Any:
     """A dict key as JSON keeps it: str, int, float, bool and None as they are (JSON
     writes them as text), the rich scalars as their text form, enums as their value."""
@@ -151,6 +154,8 @@ class TypeCodec:
         if not isinstance(tag, str) or not TAG_NAME.match(tag):
             raise ValueError(f"invalid type tag {tag!r}: lowercase letters, digits, '_', '.', ':' "
                              "or '-', starting with a letter, at most 64 characters")
+        if cls in _JSON_TYPES:
+            raise ValueError(f"{cls.__name__} is plain JSON; register a subclass of it instead")
         if tag in BUILTIN_TAGS:
             raise ValueError(f"type tag {tag!r} is built in; choose another tag=")
         if tag in self._by_tag or cls in self._by_type:
@@ -161,10 +166,6 @@ class TypeCodec:
 
     def custom_for(self, cls: Any) -> CustomType | None:
         return self._by_type.get(cls) if isinstance(cls, type) else None
-
-    @property
-    def has_custom(self) -> bool:
-        return bool(self._by_type)
 
     # -- encoding ------------------------------------------------------------------------------
 
@@ -184,7 +185,7 @@ class TypeCodec:
         if kind is dict:
             return self._encode_dict(value, path, depth)
         scalar = _SCALARS.get(kind)
-        if scalar is not None:
+        if scalar is not None and kind not in self._by_type:  # a registered type wins
             return {TAG: scalar[0], "v": scalar[1](value)}
         return self._encode_other(value, path, depth)
 

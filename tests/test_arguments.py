@@ -557,3 +557,22 @@ def test_a_registered_type_wins_over_the_built_in_rule(app: Conveyor) -> None:
     assert job.args == [tagged, [tagged]]
     assert run_until(app, job, JobState.COMPLETED, JobState.DISCARDED).state == JobState.COMPLETED
     assert got == [ident, [ident]]
+
+
+def test_the_payload_cap_applies_to_the_sealed_form_too(db_url: str, keys: list[str]) -> None:
+    from conveyor import ConveyorConfig, PayloadTooLargeError
+
+    app = Conveyor(db_url, config=ConveyorConfig(max_payload_bytes=800))
+
+    @app.task(encrypt=True)
+    def pay(note: str) -> None: ...
+
+    try:
+        with pytest.raises(PayloadTooLargeError, match="encrypted arguments of task 'pay' are"):
+            pay.enqueue("x" * 600)  # 606 bytes of JSON, about 1,000 once sealed
+        with pytest.raises(PayloadTooLargeError, match="over the cap of 800 bytes"):
+            pay.enqueue("x" * 900)  # refused before sealing
+        assert pay.enqueue("x" * 100).args[0]["__conveyor__"] == "encrypted"
+        assert sum(app.count_jobs().values()) == 1
+    finally:
+        app.close()

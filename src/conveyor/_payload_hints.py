@@ -24,7 +24,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
-from ._payload_types import ArgumentsError, TypeCodec
+from ._payload_types import ArgumentsError, TypeCodec, has_tag
 
 Converter = Callable[[Any], Any]
 _PLAIN = (str, int, float, bool, type(None), list, dict)
@@ -294,14 +294,16 @@ class CallPlan:
                       for k, v in kwargs.items()}
         return out_args, out_kwargs
 
-    def _tagged(self, args: list[Any], kwargs: dict[str, Any]) -> bool:
-        untag = self._codec.untag
-        try:
-            for value in (*args, *kwargs.values()):
-                if (type(value) is list or type(value) is dict) and untag(value) is not value:
-                    return True
-        except ArgumentsError:
-            return True  # the full path names the argument
+    @staticmethod
+    def _tagged(args: list[Any], kwargs: dict[str, Any]) -> bool:
+        for value in args:
+            kind = type(value)
+            if (kind is list or kind is dict) and has_tag(value):
+                return True
+        for value in kwargs.values():
+            kind = type(value)
+            if (kind is list or kind is dict) and has_tag(value):
+                return True
         return False
 
     def _one(self, param: _Param | None, label: str, value: Any) -> Any:

@@ -271,6 +271,21 @@ class TypeCodec:
             "(app.register_type); register it in this worker's app too", permanent=False)
 
 
+def has_tag(value: list[Any] | dict[str, Any]) -> bool:
+    """Whether stored data holds a tag anywhere (the worker's fast path: most jobs do not)."""
+    if type(value) is dict:
+        if TAG in value:
+            return True
+        members: Any = value.values()
+    else:
+        members = value
+    for member in members:
+        kind = type(member)
+        if (kind is dict or kind is list) and has_tag(member):
+            return True
+    return False
+
+
 def _base(value: str | int | float) -> type[Any]:
     return str if isinstance(value, str) else int if isinstance(value, int) else float
 

@@ -17,7 +17,7 @@ from contextlib import closing
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NewType
 from uuid import UUID, uuid4
 
 import psycopg
@@ -36,6 +36,9 @@ if TYPE_CHECKING:  # a name the handler's annotations cannot resolve at run time
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "4111-1111-1111-1111"
+
+
+OrderId = NewType("OrderId", UUID)
 
 
 class Color(enum.Enum):
@@ -175,19 +178,20 @@ def test_plain_json_is_stored_as_before_and_converted_by_annotation(app: Conveyo
 
     @app.task
     def handler(ident: UUID, when: datetime, color: Color, n: int, opts: dict[str, Any],
+                order: OrderId | None = None,
                 hidden: OnlyForTypeCheckers | None = None) -> None:  # unresolvable: as stored
         got.update(locals())
 
     ident = uuid4()
     # What another language (or `conveyor enqueue --args`) sends: plain JSON text.
     job = handler.enqueue(str(ident), "2026-01-01T00:00:00+00:00", "red", 3,  # type: ignore[arg-type]
-                          opts={"a": [1, 2]})
+                          opts={"a": [1, 2]}, order=str(ident))  # type: ignore[arg-type]
     assert job.args == [str(ident), "2026-01-01T00:00:00+00:00", "red", 3]
-    assert job.kwargs == {"opts": {"a": [1, 2]}}
+    assert job.kwargs == {"opts": {"a": [1, 2]}, "order": str(ident)}
     assert run_until(app, job, JobState.COMPLETED, JobState.DISCARDED).state == JobState.COMPLETED
     assert got["ident"] == ident and got["when"] == datetime(2026, 1, 1, tzinfo=UTC)
     assert got["color"] is Color.RED and got["n"] == 3 and got["opts"] == {"a": [1, 2]}
-    assert got["hidden"] is None
+    assert got["hidden"] is None and got["order"] == ident and type(got["order"]) is UUID
 
 
 def test_user_dicts_that_use_the_tag_key_round_trip(app: Conveyor) -> None:

@@ -69,10 +69,6 @@ _SIMPLE: dict[Any, Converter] = {
 }
 
 
-def _passthrough(value: Any) -> Any:
-    return value
-
-
 class HintCompiler:
     """Builds converters for annotations, with the app's registered types."""
 
@@ -99,6 +95,9 @@ class HintCompiler:
             return self._union(params)
         if origin is not None:
             return self._generic(origin, params)
+        supertype = getattr(hint, "__supertype__", None)  # typing.NewType
+        if supertype is not None:
+            return self.compile(supertype)
         custom = self._codec.custom_for(hint)
         if custom is not None:  # a registered type wins over the built-in rules
             return _instance_or(hint, custom.decode)
@@ -173,7 +172,7 @@ class HintCompiler:
         inner = [self.compile(p) for p in params]
 
         def convert(value: Any) -> Any:
-            if not isinstance(value, list | tuple) or (params != ((),) and len(value) != len(inner)):
+            if not isinstance(value, list | tuple) or len(value) != len(inner):
                 raise TypeError(f"expected a list of {len(inner)}, got {value!r:.80}")
             return tuple(v if c is None else c(v) for c, v in zip(inner, value, strict=False))
         return convert

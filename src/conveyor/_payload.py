@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ._errors import PayloadTooLargeError
+from ._payload_types import DEFAULT_CODEC, TAG_TEXT, TypeCodec, Unstorable
 
 TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
@@ -18,6 +19,9 @@ MAX_ATTEMPTS_LIMIT = 10_000
 #: The furthest a job can be put off (delay=, run_at=, a snooze, a backoff): 100 years.
 MAX_DELAY_SECONDS = 100 * 365.25 * 86_400
 MAX_DELAY_TEXT = "100 years"
+#: What an argument may be besides JSON (docs/arguments.md), for error messages.
+STORED_TYPES = ("datetime, date, time, timedelta, UUID, Decimal, bytes, set, Enum, "
+                "dataclass, Pydantic model")
 
 
 #: One encoder for every call: ``json.dumps`` with options builds a new one each time.
@@ -136,19 +140,46 @@ def _encode_one(task: str, label: str, value: Any) -> str:
         ) from None
 
 
+def _encode_rich(task: str, label: str, value: Any, codec: TypeCodec) -> Any:
+    """One argument as tagged JSON data, or a TypeError naming it and its type."""
+    try:
+        return codec.encode(value)
+    except Unstorable as exc:
+        where = f" at {exc.path}" if exc.path else ""
+        raise TypeError(
+            f"argument {label} of task {task!r} is not JSON-serialisable: type {exc.type_name}"
+            f"{where} is neither JSON nor a type Conveyor stores ({STORED_TYPES}); "
+            "register it with app.register_type(cls, encode, decode)"
+        ) from None
+    except Exception as exc:  # NaN, too deep, or a registered encoder that failed
+        raise TypeError(
+            f"argument {label} of task {task!r} is not JSON-serialisable: {exc}"
+        ) from None
+
+
+def _labels(count: int, names: Sequence[str]) -> list[str]:
+    return [f"{names[i]!r} (#{i})" if i < len(names) else f"#{i}" for i in range(count)]
+
+
 def encode_arguments(
-    task: str, args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int
+    task: str, args: Sequence[Any], kwargs: Mapping[str, Any], max_bytes: int,
+    codec: TypeCodec = DEFAULT_CODEC, names: Sequence[str] = (),
 ) -> tuple[str, str]:
-    """Encode args and kwargs, naming the first argument that JSON cannot carry."""
+    """Encode args and kwargs, naming the first argument that cannot be stored.
+
+    Plain JSON goes through the C encoder alone; only arguments it refuses (a date, a
+    UUID...) or that hold the reserved tag key take the tagging path (``_payload_types``).
+    ``names`` are the positional parameters' names, for the error message."""
     try:  # no arguments is common enough to skip the encoder for
         args_json = dumps(list(args)) if args else "[]"
         kwargs_json = dumps(dict(kwargs)) if kwargs else "{}"
+        plain = TAG_TEXT not in args_json and TAG_TEXT not in kwargs_json and not codec.shadows_json
     except (TypeError, ValueError, RecursionError):
-        for index, value in enumerate(args):
-            _encode_one(task, f"#{index}", value)
-        for key, value in kwargs.items():
-            _encode_one(task, repr(key), value)
-        raise TypeError(f"the arguments of task {task!r} are not JSON-serialisable") from None
+        plain = False
+    if not plain:
+        labels = _labels(len(args), names)
+        args_json = dumps([_encode_rich(task, labels[i], v, codec) for i, v in enumerate(args)])
+        kwargs_json = dumps({k: _encode_rich(task, repr(k), v, codec) for k, v in kwargs.items()})
     _refuse_unstorable(task, "arguments", args_json + kwargs_json)
     size = len(args_json) + len(kwargs_json)
     if not (args_json.isascii() and kwargs_json.isascii()):  # bytes, not characters

@@ -8,9 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from . import _payload
+from . import _payload, _payload_crypt
+from ._errors import PayloadTooLargeError
 from ._job import Job
 from ._limits import KeyFunc, RateLimit, Unique
+from ._payload_hints import CallPlan
+from ._payload_types import DEFAULT_CODEC, TypeCodec
 from ._storage import JobInsert, make_insert
 from ._task_retry import AnyBackoff, ExceptionTypes
 
@@ -56,6 +59,8 @@ class TaskOptions:
     discard_on: ExceptionTypes = ()
     #: ``backoff`` is ``callable(attempt, exc)`` (read from its signature at definition).
     backoff_takes_exception: bool = False
+    #: Seal the arguments at rest with CONVEYOR_ENCRYPTION_KEYS (docs/arguments.md).
+    encrypt: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,8 +96,11 @@ class JobSpec:
         opts, defaults = self.options, self.task.defaults
         name = defaults.name
         args_json, kwargs_json = _payload.encode_arguments(
-            name, self.args, self.kwargs, max_payload_bytes
+            name, self.args, self.kwargs, max_payload_bytes, self.task.codec, self.task.positional
         )
+        plain_args = args_json, kwargs_json
+        if defaults.encrypt:
+            args_json, kwargs_json = self._sealed(args_json, kwargs_json, max_payload_bytes)
         tags = list(defaults.tags) + _payload.check_tags(opts.tags or [])
         meta = opts.meta or {}
         unique_key = unique_states = None
@@ -100,9 +108,10 @@ class JobSpec:
             unique = defaults.unique or Unique()
             if opts.unique_key is not None and not isinstance(opts.unique_key, str):
                 raise TypeError("unique_key must be a string")
-            unique_key = unique.full_key(
-                name, opts.unique_key, self.args, self.kwargs, args_json, kwargs_json, now
-            )
+            if defaults.encrypt:  # a plain hash of secret arguments could be guessed
+                plain_args = _payload_crypt.unique_digest(*plain_args), ""
+            unique_key = unique.full_key(name, opts.unique_key, self.args, self.kwargs, *plain_args,
+                                         now)
             unique_states = unique.states_text
         # The task's own defaults were checked when it was registered (this runs per job).
         return make_insert(
@@ -123,6 +132,14 @@ class JobSpec:
             unique_states=unique_states,
             concurrency_key=self.concurrency_key(),
         )
+
+    def _sealed(self, args_json: str, kwargs_json: str, max_bytes: int) -> tuple[str, str]:
+        args_json, kwargs_json = _payload_crypt.seal(self.task.name, args_json, kwargs_json)
+        if len(args_json) > max_bytes:
+            raise PayloadTooLargeError(
+                f"encrypted arguments of task {self.task.name!r} are {len(args_json)} bytes, "
+                f"over the cap of {max_bytes} bytes (ConveyorConfig.max_payload_bytes)")
+        return args_json, kwargs_json
 
     def concurrency_key(self) -> str | None:
         """The key whose running jobs count against the task's concurrency limit."""
@@ -179,12 +196,18 @@ class Task(_Enqueuer[P], Generic[P, R]):
     Example: ``send_email.options(delay=30, queue="mail").enqueue("a@b.c", subject="hi")``
     """
 
-    def __init__(self, enqueuer: Enqueuer, fn: Callable[P, R], defaults: TaskOptions) -> None:
+    def __init__(self, enqueuer: Enqueuer, fn: Callable[P, R], defaults: TaskOptions,
+                 codec: TypeCodec = DEFAULT_CODEC) -> None:
         self.enqueuer = enqueuer
         self.fn = fn
         self.defaults = defaults
+        self.codec = codec
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
+        #: Positional parameters' names, to name an argument that cannot be stored.
+        self.positional = tuple(p.name for p in self.signature.parameters.values()
+                                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        self._plan: CallPlan | None = None
         #: Argument shapes (positional count, keyword names) known to fit the signature.
         self._fits: set[tuple[int, tuple[str, ...]]] = set()
         self._task, self._opts = self, EnqueueOptions()
@@ -215,6 +238,20 @@ class Task(_Enqueuer[P], Generic[P, R]):
             raise TypeError(f"arguments do not fit task {self.name!r}{self.signature}: {exc}") from None
         if len(self._fits) < 256:
             self._fits.add(shape)
+
+    def call_arguments(
+        self, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The stored arguments as the handler takes them: decrypted when sealed, tags
+        read back, values converted to the parameters' annotations. Raises
+        ``ArgumentsError``. The annotations are read on first use, not at registration,
+        so that they may name classes defined after the task."""
+        if args and type(args[0]) is dict and _payload_crypt.sealed_key(args, kwargs):
+            args, kwargs = _payload_crypt.unseal(self.name, args[0])
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = CallPlan(self.name, self.fn, self.codec)
+        return plan.apply(args, kwargs)
 
     def options(
         self,

@@ -14,6 +14,7 @@ from .._clock import VirtualClock
 from .._config import ConveyorConfig, check_version, url_from_env
 from .._hooks import Middleware, StateListener
 from .._observed import ObservedStorage
+from .._payload_types import TypeCodec
 from .._portal import Portal
 from .._registry import AppRegistry
 from .._storage import MigrateParams, Migration, Storage, WakeHub, create_storage
@@ -35,6 +36,8 @@ class AppBase:
         self.tasks = self.registry.tasks
         self.schedules = self.registry.schedules
         self.hooks = self.registry.hooks
+        #: Argument types beyond JSON that this app stores (``register_type``).
+        self.codec = TypeCodec()
         self._hub = WakeHub()
         self._portal = Portal(self.close_async)
         self._bind(self.url, clock)

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, cast, overload
 
-from .. import _payload
+from .. import _payload, _payload_crypt
 from .._config import UnsetQueues, WorkerConfig
 from .._cron import Misfire, Schedule
 from .._errors import InvalidStateError, JobNotFoundError
@@ -204,6 +204,7 @@ class JobsApp(AppBase):
         unique: Unique | None = None, rate_limit: RateLimit | str | None = None,
         concurrency: int | None = None, concurrency_key: KeyFunc | None = None,
         retry_on: ExceptionSpec = (), discard_on: ExceptionSpec = (),
+        encrypt: bool = False,
     ) -> TaskDecorator: ...
 
     def task(
@@ -213,13 +214,15 @@ class JobsApp(AppBase):
         tags: Sequence[str] = (), unique: Unique | None = None,
         rate_limit: RateLimit | str | None = None, concurrency: int | None = None,
         concurrency_key: KeyFunc | None = None, retry_on: ExceptionSpec = (),
-        discard_on: ExceptionSpec = (),
+        discard_on: ExceptionSpec = (), encrypt: bool = False,
     ) -> Any:
         """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``).
 
         ``retry_on=(ConnectionError,)``: only these exception types retry, others
         discard the job at once; ``discard_on=(ValueError,)``: these discard at once.
         ``backoff=`` is seconds, ``callable(attempt)`` or ``callable(attempt, exc)``.
+        ``encrypt=True`` seals its arguments at rest with ``CONVEYOR_ENCRYPTION_KEYS``
+        (the ``conveyor[encryption]`` extra; docs/arguments.md).
         """
         retry_types = check_exception_types("retry_on", retry_on)
         discard_types = check_exception_types("discard_on", discard_on)
@@ -237,6 +240,10 @@ class JobsApp(AppBase):
                 raise ValueError("concurrency must be an int >= 1")
             if unique is not None and not isinstance(unique, Unique):
                 raise TypeError("unique= takes a conveyor.Unique(...)")
+            if not isinstance(encrypt, bool):
+                raise TypeError(f"encrypt= takes True or False, got {encrypt!r}")
+            if encrypt:
+                _payload_crypt.require()
             options = TaskOptions(
                 name=task_name, queue=_payload.check_queue_name(queue),
                 priority=_payload.check_priority(priority),
@@ -245,13 +252,27 @@ class JobsApp(AppBase):
                 rate_limit=RateLimit(rate_limit) if isinstance(rate_limit, str) else rate_limit,
                 concurrency=limit, concurrency_key=concurrency_key,
                 retry_on=retry_types, discard_on=discard_types,
-                backoff_takes_exception=backoff_exc,
+                backoff_takes_exception=backoff_exc, encrypt=encrypt,
             )
-            task = Task(self, func, options)
+            task = Task(self, func, options, self.codec)
             self.tasks[task_name] = task
             return task
 
         return register(fn) if fn is not None else register
+
+    def register_type(
+        self, cls: type[Any], encode: Callable[[Any], Any], decode: Callable[[Any], Any],
+        *, tag: str | None = None,
+    ) -> None:
+        """Store values of ``cls`` in task arguments as ``{"__conveyor__": tag, "v":
+        encode(value)}``; handlers get ``decode(v)`` back. ``encode`` must return
+        JSON-able data (rich types included); ``tag`` defaults to the lowercased class
+        name and must be the same in every process that enqueues or runs these jobs.
+
+        Example: ``app.register_type(Money, lambda m: [str(m.amount), m.currency],
+        lambda v: Money(Decimal(v[0]), v[1]), tag="money")``
+        """
+        self.codec.register(cls, encode, decode, tag)
 
     def periodic(
         self, *, cron: str, timezone: str = "UTC", misfire: Misfire = "run_once",

@@ -20,6 +20,7 @@ from .. import _payload
 from .._context import JobContext, reset_current, set_current
 from .._errors import Cancel, Discard, Snooze, Throttle
 from .._job import Job, JobState
+from .._payload_types import ArgumentsError
 from .._registry import Registry
 from .._storage import JobAck, make_ack
 from .._task import Task
@@ -54,6 +55,9 @@ class Execution:
     started: float = dataclasses.field(default_factory=time.monotonic)
     #: Seconds the attempt ran, once it is over.
     run_time: float | None = None
+    #: The handler's arguments, decoded from the job's (``call_arguments``).
+    args: list[Any] = dataclasses.field(default_factory=list)
+    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def stop(self, reason: StopReason) -> None:
         if self.stop_reason is None:
@@ -171,20 +175,20 @@ class Executor:
         return default_backoff(job.attempt) * random.uniform(0.9, 1.1)
 
     async def _call(self, ex: Execution, task: Task[Any, Any]) -> Any:
-        job, timeout = ex.job, task.defaults.timeout
+        timeout = task.defaults.timeout
         if task.is_async:
             if timeout is None:  # asyncio.timeout(None) costs more than a no-op handler
-                return await task.fn(*job.args, **job.kwargs)
+                return await task.fn(*ex.args, **ex.kwargs)
             try:
                 async with asyncio.timeout(timeout) as scope:
-                    return await task.fn(*job.args, **job.kwargs)
+                    return await task.fn(*ex.args, **ex.kwargs)
             except TimeoutError:
                 if scope.expired():  # ours, not a TimeoutError the handler raised
                     raise TaskTimedOut from None
                 raise
         ex.handler_is_async = False
         loop = asyncio.get_running_loop()
-        call = functools.partial(task.fn, *job.args, **job.kwargs)
+        call = functools.partial(task.fn, *ex.args, **ex.kwargs)
         future = loop.run_in_executor(self._pool, contextvars.copy_context().run, call)
         # A timeout or a stop gives up on the thread's result; the thread runs on and
         # sees ctx.cancelled, since Python cannot interrupt a thread.
@@ -205,7 +209,11 @@ class Executor:
         if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
             msg = "job args must be a JSON array and kwargs a JSON object"
             return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, msg))
-        unfit = self._unfit(task, job.args, job.kwargs)
+        try:
+            ex.args, ex.kwargs = task.call_arguments(job.args, job.kwargs)
+        except ArgumentsError as exc:
+            return self._unreadable(ex, task, exc)
+        unfit = self._unfit(task, ex.args, ex.kwargs)
         if unfit is not None:
             msg = f"arguments no longer fit task {task.name!r}{task.signature}: {unfit}"
             log.error(msg, extra=ex.log_extra())
@@ -258,6 +266,15 @@ class Executor:
         return self._ack(
             ex, JobState.COMPLETED, result_json=_payload.encode_result(result, cfg.max_result_bytes)
         )
+
+    def _unreadable(self, ex: Execution, task: Task[Any, Any], exc: ArgumentsError) -> JobAck:
+        """Arguments that cannot be decoded: discarded when no worker could (a value
+        that does not fit its annotation, a token that does not verify), else a failed
+        attempt, retried like any other (a key or type this worker lacks)."""
+        log.error("cannot decode the arguments: %s", exc, extra=ex.log_extra())
+        if not exc.permanent:
+            return self._raised(ex, task, exc)
+        return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, str(exc)))
 
     def _raised(self, ex: Execution, task: Task[Any, Any], exc: BaseException) -> JobAck:
         tb = "".join(traceback.format_exception(exc))

@@ -118,8 +118,9 @@ def retarget(app: Conveyor, url: str) -> Conveyor:
     the app's own URL.
     """
     new = check_url(url, app.config)
+    new.codec = app.codec  # the argument types it registered
     for name, task in app.tasks.items():  # every option: limits, unique, concurrency too
-        new.tasks[name] = Task(new, task.fn, task.defaults)
+        new.tasks[name] = Task(new, task.fn, task.defaults, app.codec)
     new.schedules.update(app.schedules)
     new.hooks = app.hooks
     return new

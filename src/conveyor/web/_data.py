@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._app import ScheduleInfo
 from .._job import ACTIVE_STATES, DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
+from .._payload_crypt import sealed_key
 from .._storage import (
     DbHealth,
     FailureGroup,
@@ -33,6 +34,12 @@ TEXT_SCAN = 100_000
 def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def arguments_preview(job: Job) -> str:
+    """A list row's args; sealed ones (``encrypt=True``) are named, never decrypted."""
+    key = sealed_key(job.args, job.kwargs)
+    return preview([job.args, job.kwargs]) if key is None else f"🔒 encrypted (key {key})"
 
 
 def first_line(text: str, limit: int = 160) -> str:
@@ -171,7 +178,7 @@ async def jobs_page(ops: Operations, flt: JobFilter, redact: Redactor, *, limit:
     # A newer page was read upwards: its extra row is the newest one, at the front.
     jobs = jobs[-limit:] if after is not None else jobs[:limit]
     count = await ops.count_matching(flt, cap + 1)
-    rows = [JobRow(j, preview([j.args, j.kwargs]), last_error(j)) for j in map(redact, jobs)]
+    rows = [JobRow(j, arguments_preview(j), last_error(j)) for j in map(redact, jobs)]
     newer = jobs[0].id if jobs and (before is not None or (after is not None and more)) else None
     older = jobs[-1].id if jobs and (more or after is not None) else None
     return JobsPage(rows, min(count, cap), count > cap, newer, older)
@@ -217,6 +224,8 @@ class JobDetail:
     #: Every recorded attempt, newest first: the failed ones from ``errors``, then the
     #: latest one when it did not fail (``ran_on``, ``run_time``).
     attempts: list[AttemptRun] = dataclasses.field(default_factory=list)
+    #: The key fingerprint of arguments sealed at rest (``encrypt=True``), else None.
+    sealed: str | None = None
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -295,6 +304,7 @@ async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetai
         redact(job), timeline(job), can_retry=job.state in RETRYABLE_FROM,
         can_cancel=job.state in (*DISCARDABLE_FROM, JobState.RUNNING) and not job.cancel_requested,
         can_discard=job.state in DISCARDABLE_FROM, attempts=attempt_runs(job, hosts),
+        sealed=sealed_key(job.args, job.kwargs),
     )
 
 

@@ -50,9 +50,10 @@ class Project:
     database_url: str
 
     def manage(self, *args: str, timeout: float = 90, check: bool = True,
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+               env: dict[str, str] | None = None, cwd: Path = EXAMPLE,
+               ) -> subprocess.CompletedProcess[str]:
         """``manage.py ARGS`` in a subprocess; its output is shown when it fails."""
-        done = subprocess.run([sys.executable, str(MANAGE), *args], cwd=EXAMPLE,
+        done = subprocess.run([sys.executable, str(MANAGE), *args], cwd=cwd,
                               env={**self.env, **(env or {})}, capture_output=True,
                               text=True, timeout=timeout, check=False)
         if check and done.returncode != 0:

@@ -46,17 +46,20 @@ def _is_option(arg: str, names: Sequence[str]) -> bool:
     return any(arg == n or arg.startswith(n + "=") for n in names)
 
 
-def project_root() -> str | None:
-    """The directory the settings package is imported from, for ``--processes``
-    children (they run ``python -m conveyor``, where manage.py's directory is not
-    on sys.path)."""
+def import_roots() -> list[str]:
+    """Where the project is imported from, for the children of ``--processes`` (they
+    run ``python -m conveyor``, whose sys.path lacks manage.py's directory): the
+    directory of the script and the one the settings package is imported from."""
+    roots = []
+    if sys.argv and sys.argv[0].endswith(".py"):
+        roots.append(str(Path(sys.argv[0]).resolve().parent))
     module = os.environ.get("DJANGO_SETTINGS_MODULE")
-    if not module:
-        return None
-    path = Path(str(import_module(module).__file__)).resolve()
-    for _ in module.split("."):
-        path = path.parent
-    return str(path)
+    if module:
+        path = Path(str(import_module(module).__file__)).resolve()
+        for _ in module.split("."):
+            path = path.parent
+        roots.append(str(path))
+    return roots
 
 
 class Command(BaseCommand):
@@ -95,10 +98,8 @@ class Command(BaseCommand):
         if not any(_is_option(a, ("-q", "--queues")) or (a.startswith("-q") and a[2:3] != "-")
                    for a in argv):
             argv = ["--queues", ",".join(sorted(backend.queues) or ["default"]), *argv]
-        root = project_root()
-        if root:
-            os.environ["PYTHONPATH"] = os.pathsep.join(
-                p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            dict.fromkeys(p for p in (*import_roots(), os.environ.get("PYTHONPATH")) if p))
         code = run_worker([app_path(alias), *argv], prog=f"{os.path.basename(sys.argv[0])}")
         connections.close_all()
         if code:

@@ -69,8 +69,8 @@ class Project:
 def base_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONVEYOR_URL", "CONVEYOR_APP"))}
     path = [str(ROOT), str(EXAMPLE), env.get("PYTHONPATH", "")]
-    env.update(PYTHONPATH=os.pathsep.join(p for p in path if p),
-               DJANGO_SETTINGS_MODULE=SETTINGS, **extra)
+    env.update({"PYTHONPATH": os.pathsep.join(p for p in path if p),
+                "DJANGO_SETTINGS_MODULE": SETTINGS, **extra})
     return env
 
 

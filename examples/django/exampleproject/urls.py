@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.urls import include, path
+from shop import views
 
 from conveyor.contrib.django.dashboard import dashboard_urls
-from shop import views
 
 urlpatterns = [
     path("admin/", admin.site.urls),

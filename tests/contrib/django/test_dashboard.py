@@ -41,7 +41,7 @@ def csrf_of(client: Client) -> str:
     return found.group(1)
 
 
-def post_form(client: Client, url: str, form: dict[str, str], **headers: str) -> Any:
+def post_form(client: Client, url: str, form: dict[str, str], **headers: Any) -> Any:
     """POST as a browser posts the dashboard's forms (urlencoded)."""
     return client.post(url, urlencode(form), content_type="application/x-www-form-urlencoded",
                        **headers)
@@ -122,7 +122,7 @@ def test_a_read_role_cannot_act(project: Project, backends: Any) -> None:
     async def auser() -> Any:
         return staff
 
-    request.auser = auser  # type: ignore[method-assign]
+    request.auser = auser
     response = async_to_sync(view)(request, path=f"queues/{QUEUE}/pause")
     assert response.status_code == 403 and b"read-only" in response.content
     assert not paused(backends)

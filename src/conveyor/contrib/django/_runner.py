@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
@@ -29,12 +29,19 @@ from conveyor._task import TaskOptions
 
 from ._results import to_result
 
-if TYPE_CHECKING:
-    from .backend import ConveyorBackend
-
 T = TypeVar("T")
 log = logging.getLogger("conveyor.contrib.django")
 Runner = Callable[..., Any]
+
+
+class ConveyorBackend(Protocol):
+    """What the runner needs of ``backend.ConveyorBackend`` (which imports this)."""
+
+    alias: str
+    max_attempts: int
+    timeout: float | None
+
+    def task_of(self, task: DjangoTask[Any, Any], job: Job) -> DjangoTask[Any, Any]: ...
 
 
 def find_task(path: str) -> DjangoTask[Any, Any] | None:
@@ -88,7 +95,7 @@ def _sync_runner(task: DjangoTask[Any, Any], backend: ConveyorBackend) -> Runner
         try:
             result = _running_result(task, backend)
             task_started.send(sender=sender, task_result=result)
-            lead = (TaskContext(task_result=result),) if task.takes_context else ()
+            lead: tuple[Any, ...] = (TaskContext(task_result=result),) if task.takes_context else ()
             try:
                 value = normalize_json(task.call(*lead, *args, **kwargs))
             except BaseException as exc:
@@ -116,7 +123,7 @@ def _async_runner(task: DjangoTask[Any, Any], backend: ConveyorBackend) -> Runne
         try:
             result = _running_result(task, backend)
             await task_started.asend(sender=sender, task_result=result)
-            lead = (TaskContext(task_result=result),) if task.takes_context else ()
+            lead: tuple[Any, ...] = (TaskContext(task_result=result),) if task.takes_context else ()
             try:
                 value = normalize_json(await task.acall(*lead, *args, **kwargs))
             except BaseException as exc:

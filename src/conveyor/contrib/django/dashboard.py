@@ -150,8 +150,8 @@ def dashboard_urls(backend: str = "default", *, role: RoleOf = staff_can_write,
     async def dashboard(request: HttpRequest, path: str = "") -> HttpResponse:
         user = await request.auser()
         if not user.is_authenticated:
-            return redirect_to_login(request.get_full_path())  # type: ignore[return-value]
-        if not (user.is_active and user.is_staff):
+            return redirect_to_login(request.get_full_path())
+        if not (user.is_active and getattr(user, "is_staff", False)):
             raise PermissionDenied("the dashboard is for staff")
         scope = scope_of(request, path, role(user))
         asgi, loop = mounted.loop()

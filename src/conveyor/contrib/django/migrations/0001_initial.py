@@ -18,7 +18,7 @@ class Migration(migrations.Migration):
     # Conveyor migrates on its own connections, outside Django's transaction.
     atomic = False
     initial = True
-    dependencies: list[tuple[str, str]] = []
+    dependencies = []
     operations = [
         # Conveyor has no downgrade: unapplying leaves its tables in place.
         migrations.RunPython(forwards, migrations.RunPython.noop, elidable=False),

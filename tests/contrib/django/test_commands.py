@@ -69,3 +69,15 @@ def test_worker_with_processes_finds_the_project(project: Project, backends: Any
                           env={"PYTHONPATH": str(ROOT)}, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert {whoami.get_result(i).status for i in ids} == {TaskResultStatus.SUCCESSFUL}
+
+
+def test_the_worker_closes_connections_around_each_job_as_django_does(project: Project) -> None:
+    from tests.contrib.django.jobs_for_tests import connection_state
+
+    ids = [connection_state.enqueue().id for _ in range(3)]
+    # One queue slot, so one thread runs all three: CONN_MAX_AGE is 0, so as after a
+    # request, the connection of one job is closed when it ends.
+    project.burst("-q", "default:1")
+    seen = [connection_state.get_result(i).return_value for i in ids]
+    assert [s["was_open"] for s in seen] == [False, False, False]
+    assert len({s["pid"] for s in seen}) == 3

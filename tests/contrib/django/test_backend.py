@@ -202,3 +202,19 @@ def test_backend_flags_and_options(project: Project) -> None:
         ConveyorBackend("x", {"OPTIONS": {"MAX_ATTEMPTS": 0}})
     bad = ConveyorBackend("x", {"OPTIONS": {"DATABASE": "missing"}})
     assert [m.id for m in bad.check()] == ["conveyor.E001"]
+
+
+def test_a_dead_conveyor_database_is_a_clear_error(project: Project) -> None:
+    from shop.tasks import whoami
+
+    from conveyor import DatabaseUnavailableError
+
+    dead = ConveyorBackend("dead", {"OPTIONS": {
+        "URL": "postgresql://postgres@127.0.0.1:1/nothing?connect_timeout=2"}})
+    try:
+        with pytest.raises(DatabaseUnavailableError):
+            dead.enqueue(whoami, ("lost?",), {})
+        with pytest.raises(DatabaseUnavailableError):
+            dead.get_result("1")
+    finally:
+        dead.close()

@@ -126,3 +126,30 @@ def test_a_read_role_cannot_act(project: Project, backends: Any) -> None:
     response = async_to_sync(view)(request, path=f"queues/{QUEUE}/pause")
     assert response.status_code == 403 and b"read-only" in response.content
     assert not paused(backends)
+
+
+def test_served_over_asgi_too(project: Project, backends: Any) -> None:
+    """Django's ASGI handler (AsyncClient) runs the view on the caller's loop; the
+    dashboard still answers from its own loop, actions included."""
+    import asyncio
+
+    from django.test import AsyncClient
+
+    async def main() -> tuple[int, int, int]:
+        client = AsyncClient(enforce_csrf_checks=True)
+        await client.aforce_login(await asyncio.to_thread(user, "ops", staff=True))
+        page = await client.get("/ops/jobs/queues")
+        found = re.search(r'name="csrf_token" (?:value|content)="([0-9a-f]{64})"',
+                          page.content.decode())
+        assert found is not None
+        done = await client.post(f"/ops/jobs/queues/{QUEUE}/pause",
+                                 urlencode({"csrf_token": found.group(1)}),
+                                 content_type="application/x-www-form-urlencoded")
+        css = await client.get("/ops/jobs/static/app.js")
+        return page.status_code, done.status_code, css.status_code
+
+    try:
+        assert asyncio.run(main()) == (200, 303, 200)
+        assert paused(backends)
+    finally:
+        backends["default"].app.resume_queue(QUEUE)

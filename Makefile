@@ -3,7 +3,11 @@
 #   make install   create .venv and install Conveyor with its dev tools and the web and otel
 #                  extras (re-runs only when pyproject.toml changes). The browser tests also
 #                  need Debian's chromium at /usr/bin/chromium (apt-get install chromium).
-#   make test      ruff + mypy --strict + pytest
+#   make test      ruff + mypy --strict + pytest, then the Django suite (tests/contrib/django)
+#                  and mypy --strict of conveyor.contrib.django in .venv-django
+#   make django-venv  create .venv-django (Python >= 3.12, which Django 6 needs) with the
+#                  dev, django and web extras (re-runs only when pyproject.toml changes)
+#   make test-django  only the Django part of `make test`
 #   make lint      ruff + mypy --strict + the import contract (tests/test_layers.py)
 #   make demo      run `conveyor demo`
 #   make bench     the full benchmark suite (about an hour), the database probes and the
@@ -14,6 +18,11 @@
 #   make clean     delete .venv, caches and build output
 #
 # PYTHON picks the interpreter for the venv (>= 3.11), e.g. `make install PYTHON=python3.12`.
+# DJANGO_PYTHON picks the one for .venv-django (>= 3.12); by default the first that runs of
+# python3.13, python3.12 on PATH, then the newest >= 3.12 under pyenv's versions directory
+# ($PYENV_ROOT or ~/.pyenv). Without one, the Django suite is skipped with a loud banner;
+# with CONVEYOR_REQUIRE_DJANGO=1 (CI, .ci/run) that is an error. The main suite (.venv,
+# Python 3.11) never runs tests/contrib/django: it skips that directory with one line.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -24,7 +33,19 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install .venv demo test lint bench chaos clean
+DJANGO_VENV := .venv-django
+DJANGO_BIN := $(DJANGO_VENV)/bin
+DJANGO_STAMP := $(DJANGO_VENV)/.installed
+# The first interpreter that really runs and is >= 3.12 (pyenv shims exist for versions
+# that are not active, and fail when called, so each candidate is run, not just found).
+ifeq ($(origin DJANGO_PYTHON),undefined)
+DJANGO_PYTHON := $(shell for py in python3.13 python3.12 \
+	$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.*/bin/python3 2>/dev/null | sort -rV); do \
+	$$py -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 \
+	&& { command -v $$py; break; }; done)
+endif
+
+.PHONY: install .venv demo test lint bench chaos clean django-venv test-django print-django-python
 
 install .venv: $(STAMP)
 
@@ -49,6 +70,38 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+	$(MAKE) --no-print-directory test-django
+
+# Django 6 needs Python >= 3.12, so its suite runs in a venv of its own.
+django-venv: $(DJANGO_STAMP)
+
+print-django-python:
+	@echo "$(DJANGO_PYTHON)"
+
+$(DJANGO_STAMP): pyproject.toml
+	@test -n "$(DJANGO_PYTHON)" || { echo "error: no Python >= 3.12 found for .venv-django (set DJANGO_PYTHON=...)" >&2; exit 1; }
+	$(DJANGO_PYTHON) -m venv $(DJANGO_VENV)
+	$(DJANGO_BIN)/python -m pip install --upgrade pip
+	$(DJANGO_BIN)/python -m pip install -e '.[dev,django,web]'
+	@touch $@
+
+ifeq ($(strip $(DJANGO_PYTHON)),)
+test-django:
+	@echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!! DJANGO TESTS SKIPPED !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
+	@echo "No Python >= 3.12 found (Django 6 needs it): tests/contrib/django did not run." >&2
+	@echo "Fix: install Python 3.12+ (python3.12 on PATH, or pyenv), or set DJANGO_PYTHON=..." >&2
+	@echo "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!! DJANGO TESTS SKIPPED !!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!" >&2
+	@case "$${CONVEYOR_REQUIRE_DJANGO:-}" in 1|true|yes|on) \
+		echo "error: CONVEYOR_REQUIRE_DJANGO is set: a missing Python >= 3.12 fails the run" >&2; \
+		exit 1;; esac
+else
+test-django: $(DJANGO_STAMP)
+	$(DJANGO_BIN)/ruff check src/conveyor/contrib/django tests/contrib/django examples/django
+	@# Files, not directories: [tool.mypy] excludes these from the main (3.11) run.
+	$(DJANGO_BIN)/mypy --strict --python-version 3.12 \
+		$$(find src/conveyor/contrib/django tests/contrib/django examples/django -name '*.py' | sort)
+	$(DJANGO_BIN)/pytest -p no:cacheprovider tests/contrib/django
+endif
 
 bench: $(STAMP)
 	$(BIN)/python -m bench --quiet-wait 120
@@ -63,5 +116,5 @@ chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.report tests/chaos/results docs/reliability.md; exit $$status
 
 clean:
-	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(DJANGO_VENV) build dist .mypy_cache .ruff_cache .pytest_cache
 	find src tests -depth \( -name __pycache__ -o -name '*.egg-info' \) -type d -exec rm -rf {} +

@@ -8,6 +8,8 @@ extra. Nothing is imported here, so ``import conveyor`` never needs them.
   check-ins for periodic jobs.
 * ``conveyor.contrib.prometheus`` (``conveyor[prometheus]``): a collector for the host
   application's own registry.
+* ``conveyor.contrib.django`` (``conveyor[django]``, Python >= 3.12): Django 6's Tasks
+  backend, ``manage.py conveyor_worker``, the dashboard behind Django's staff login.
 * SQLAlchemy sessions and connections need no module: pass them as ``connection=``
   (``conveyor[sqlalchemy]``; see docs/sqlalchemy.md).
 """

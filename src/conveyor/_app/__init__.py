@@ -2,7 +2,8 @@
 
 One chain of classes, each with real methods: ``AppBase`` (definitions, storage,
 the sync bridge) <- ``JobsApp`` (enqueue, jobs, workers) <- ``ControlApp`` (schedules,
-queues, cluster) <- ``Conveyor`` (the sync twins, one line each).
+queues, cluster) <- ``MaintenanceApp`` (discard, delete, purge, prune and rescue
+now) <- ``Conveyor`` (the sync twins, one line each).
 """
 
 from .app import Conveyor

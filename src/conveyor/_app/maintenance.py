@@ -45,7 +45,7 @@ MAX_REASON = 1000
 
 #: ``on_count(counts)``: the jobs a purge matches, per state, before anything is
 #: deleted; returning False stops the purge there (nothing deleted).
-OnCount = Callable[[dict[str, int]], "bool | None | Awaitable[bool | None]"]
+OnCount = Callable[[dict[str, int]], "bool | Awaitable[bool | None] | None"]
 #: ``on_progress(deleted_so_far, total)``: after each batch of a purge.
 OnProgress = Callable[[int, int], None]
 

@@ -32,7 +32,7 @@ from conveyor import (
     StateChange,
     WorkerConfig,
 )
-from conveyor._storage import JobAck, JobAckManyParams, JobFetchAvailableParams
+from conveyor._storage import JobAck, JobAckManyParams, JobFetchAvailableParams, JobPurgeParams
 from conveyor.cli import cli
 from conveyor.cli import maintenance as cli_maintenance
 
@@ -278,6 +278,35 @@ def test_purge_older_than_and_only_what_was_counted(app: Conveyor, db_url: str,
     assert app.purge_jobs(states="available", on_count=more, batch_size=2) == 8
     assert app.purge_jobs(states="available", older_than=0, dry_run=True) == 2
     assert all(app.get_job(j.id) is None for j in [*old, *young])
+
+
+def test_storage_never_purges_or_plainly_deletes_a_running_job(db_url: str) -> None:
+    """The statements guard running rows themselves, whatever states a caller names."""
+    app = Conveyor(db_url)
+
+    @app.task
+    def noop() -> None: ...
+
+    async def main() -> tuple[list[int], Job | None, Job | None]:
+        try:
+            jobs = await app.enqueue_many_async([noop.job() for _ in range(4)])
+            storage = await app.storage()
+            [running] = await storage.job_fetch_available(
+                JobFetchAvailableParams("default", 1, "node-test", 30.0))
+            batch = await storage.job_purge_batch(JobPurgeParams(tuple(JobState), limit=10))
+            plain = await storage.job_delete(running.id)
+            forced = await storage.job_delete(running.id, force=True)
+            assert running.id == jobs[0].id
+            return [c.id for c in batch.deleted], plain, forced
+        finally:
+            await app.close_async()
+
+    try:
+        deleted, plain, forced = asyncio.run(main())
+    finally:
+        app.close()
+    assert len(deleted) == 3 and min(deleted) > 1
+    assert plain is None and forced is not None and forced.state is JobState.RUNNING
 
 
 @pytest.mark.parametrize(("kwargs", "error", "match"), [

@@ -91,8 +91,8 @@ def backdate(url: str, ids: list[int], seconds: float) -> None:
                 "finished_at = finished_at - ? WHERE id IN (SELECT value FROM json_each(?))",
                 (seconds, seconds, json.dumps(ids)))
         return
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
+    with psycopg.connect(url, autocommit=True) as pg:
+        pg.execute(
             "UPDATE conveyor_jobs SET created_at = created_at - %s * interval '1 second', "
             "finished_at = finished_at - %s * interval '1 second' WHERE id = ANY(%s)",
             (seconds, seconds, ids))
@@ -478,6 +478,7 @@ def test_cli_purge_bad_input_exits_2(app: Conveyor, db_url: str, noop: Any, args
     ("2w", 1_209_600), ("1d12h", 129_600), ("0", 0)])
 def test_durations(text: str, seconds: float) -> None:
     assert cli_maintenance.DURATION.convert(text, None, None) == seconds
+    assert cli_maintenance.DURATION.convert(cli_maintenance.human(seconds), None, None) == seconds
 
 
 def test_cli_prune_and_rescue(app: Conveyor, db_url: str, noop: Any) -> None:

@@ -219,8 +219,16 @@ def _describe(states: Sequence[str], queue: str | None, task: str | None,
     if task:
         text += f" of task {safe(task)}"
     if older_than is not None:
-        text += f" older than {older_than:g}s"
+        text += f" older than {human(older_than)}"
     return text
+
+
+def human(seconds: float) -> str:
+    """``30d``, ``12h``, ``90s``: a duration as it would be typed."""
+    for unit in ("w", "d", "h", "m"):
+        if seconds and seconds % _UNITS[unit] == 0:
+            return f"{seconds / _UNITS[unit]:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def _interactive() -> bool:

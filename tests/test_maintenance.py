@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import re
 import sqlite3
 import sys
 import time
@@ -559,3 +560,44 @@ def test_the_commands_call_only_the_app(module: str) -> None:
     tree = ast.parse((ROOT / "src" / "conveyor" / "cli" / module).read_text())
     imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not {m for m in imported if m.lstrip(".").startswith(("_storage", "_observed"))}
+
+
+# -- the dashboard's Delete action --------------------------------------------------------------
+
+
+def test_dashboard_deletes_a_job_but_not_a_running_one(app: Conveyor, db_url: str, noop: Any,
+                                                       events: list[StateChange]) -> None:
+    import warnings
+
+    from conveyor.web import create_app
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    waiting, busy = noop.enqueue(1), noop.enqueue(2)
+    claim(db_url, 2)  # both running
+    extra = noop.enqueue(3)
+    base = "http://localhost"
+    sent = {"origin": base, "sec-fetch-site": "same-origin"}
+    with TestClient(create_app(app), base_url=base) as client:
+        page = client.get(f"/jobs/{extra.id}").text
+        assert f'action="/jobs/{extra.id}/delete"' in page
+        assert f'action="/jobs/{busy.id}/delete"' not in client.get(f"/jobs/{busy.id}").text
+        token = re.search(r'name="csrf_token" (?:value|content)="([0-9a-f]{64})"', page)
+        assert token
+        forged = client.post(f"/jobs/{extra.id}/delete", data={"csrf_token": "0" * 64},
+                             headers=sent, follow_redirects=False)
+        assert forged.status_code == 403 and app.get_job(extra.id) is not None
+        done = client.post(f"/jobs/{extra.id}/delete", data={"csrf_token": token.group(1)},
+                           headers=sent, follow_redirects=False)
+        assert done.status_code == 303 and done.headers["location"] == "/jobs"
+        assert app.get_job(extra.id) is None
+        assert f"Job {extra.id} was deleted." in client.get("/jobs").text
+        refused = client.post(f"/jobs/{busy.id}/delete", data={"csrf_token": token.group(1)},
+                              headers=sent, follow_redirects=False)
+        assert refused.status_code == 303
+        assert "is running and cannot be deleted" in client.get(f"/jobs/{busy.id}").text
+    assert app.get_job(busy.id) is not None and app.get_job(waiting.id) is not None
+    assert [(e.job_id, e.source, e.deleted) for e in events if e.deleted] == [
+        (extra.id, "dashboard", True)]

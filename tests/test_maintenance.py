@@ -11,8 +11,11 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
+import os
+import pty
 import re
 import sqlite3
+import subprocess
 import sys
 import time
 from contextlib import closing
@@ -453,6 +456,28 @@ def test_cli_purge_asks_on_a_terminal(app: Conveyor, db_url: str, noop: Any,
     doc = json.loads(accepted.stdout)
     assert doc == {"dry_run": False, "matched": {"available": 3}, "deleted": 3}
     assert states(app) == {}
+
+
+def test_cli_purge_confirms_on_a_real_terminal(app: Conveyor, db_url: str, noop: Any,
+                                              tmp_path: Path) -> None:
+    """`python -m conveyor` with its stdin on a pseudo-terminal: it asks, and obeys."""
+    app.enqueue_many([noop.job(i) for i in range(3)])
+    env = {k: v for k, v in os.environ.items() if k not in ("CONVEYOR_URL", "CONVEYOR_APP")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    for answer, left in ((b"n\n", 3), (b"y\n", 0)):
+        leader, follower = pty.openpty()
+        try:
+            os.write(leader, answer)  # waits in the terminal until the prompt reads it
+            proc = subprocess.run(
+                [sys.executable, "-m", "conveyor", "jobs", "purge", "--state", "available",
+                 "--url", db_url], stdin=follower, capture_output=True, text=True,
+                cwd=tmp_path, env=env, timeout=90, check=False)
+        finally:
+            os.close(leader)
+            os.close(follower)
+        assert "Delete these 3 job(s)? This cannot be undone [y/N]" in proc.stderr
+        assert proc.returncode == (1 if left else 0), proc.stderr
+        assert app.count_jobs()["available"] == left
 
 
 @pytest.mark.parametrize(("args", "message"), [

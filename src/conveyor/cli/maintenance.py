@@ -78,7 +78,8 @@ def _checked(check: Callable[[str], str], value: str | None) -> str | None:
 # -- prune and rescue --------------------------------------------------------------------
 
 
-@click.command("prune", epilog=EPILOG)
+@click.command("prune", epilog=EPILOG,
+               short_help="Delete old finished jobs now, as the pruner does.")
 @click.option("--completed-retention", type=DURATION, metavar="DURATION",
               help="Delete completed and cancelled jobs finished longer ago than this "
               "(e.g. 1d). Default: the worker's default (1 day).")
@@ -128,7 +129,8 @@ def _rescue_table(jobs: list[Job], dry_run: bool, nodes: dict[int, str | None]) 
     return table
 
 
-@click.command("rescue", epilog=EPILOG)
+@click.command("rescue", epilog=EPILOG,
+               short_help="Rescue jobs whose lease expired now, as the rescuer does.")
 @click.option("--dry-run", is_flag=True,
               help="List the jobs that would be rescued; change nothing.")
 @click.option("--limit", type=click.IntRange(1, 100_000), default=10_000, show_default=True,
@@ -164,7 +166,8 @@ def _last_node(job: Job) -> str | None:
 
 
 def _discard_command(show_jobs: ShowJobs) -> click.Command:
-    @click.command("discard", epilog=EPILOG)
+    @click.command("discard", epilog=EPILOG,
+                   short_help="End a waiting job as discarded (not a running one).")
     @click.argument("job_id", metavar="ID", type=JOB_ID)
     @click.option("--reason", help="Added to the job's error entry.")
     @json_option
@@ -182,7 +185,8 @@ def _discard_command(show_jobs: ShowJobs) -> click.Command:
 
 
 def _delete_command() -> click.Command:
-    @click.command("delete", epilog=EPILOG)
+    @click.command("delete", epilog=EPILOG,
+                   short_help="Delete one job (a running one only with --force).")
     @click.argument("job_id", metavar="ID", type=JOB_ID)
     @click.option("--force", is_flag=True,
                   help="Delete a running job too: its worker's outcome is then dropped and "
@@ -250,28 +254,33 @@ class PurgeReport:
         total = sum(counts.values())
         if not self.quiet:
             click.echo(f"{_summary(counts)} match {self.what}", err=not self.dry_run)
-        if self.dry_run or total == 0 or self.yes:
+        if self.dry_run or total == 0:
             return True
-        if not _interactive():
-            raise UsageFailure(f"refusing to purge {total} job(s) without confirmation: no "
-                               "terminal to ask on; pass --yes")
-        click.confirm(f"Delete these {total} job(s)? This cannot be undone", abort=True,
-                      err=True)
+        if not self.yes:
+            if not _interactive():
+                raise UsageFailure(f"refusing to purge {total} job(s) without confirmation: "
+                                   "no terminal to ask on; pass --yes")
+            click.confirm(f"Delete these {total} job(s)? This cannot be undone", abort=True,
+                          err=True)
+        self._start(total)
         return True
 
-    def on_progress(self, done: int, total: int) -> None:
+    def _start(self, total: int) -> None:
+        """A bar from the first batch on, on a terminal (elsewhere: a line per batch)."""
         out = console(stderr=True)
-        if not out.is_terminal:
-            if not self.quiet:
-                click.echo(f"purged {done} of {total}", err=True)
+        if self.quiet or not out.is_terminal:
             return
-        if self._progress is None:
-            self._progress = Progress(
-                TextColumn("purging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                console=out, transient=True)
-            self._progress.start()
-            self._task = self._progress.add_task("purge", total=total)
-        self._progress.update(self._task, completed=done)
+        self._progress = Progress(
+            TextColumn("purging"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=out, transient=True)
+        self._progress.start()
+        self._task = self._progress.add_task("purge", total=total)
+
+    def on_progress(self, done: int, total: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done)
+        elif not self.quiet:
+            click.echo(f"purged {done} of {total}", err=True)
 
     def close(self) -> None:
         if self._progress is not None:
@@ -279,7 +288,8 @@ class PurgeReport:
 
 
 def _purge_command() -> click.Command:
-    @click.command("purge", epilog=EPILOG)
+    @click.command("purge", epilog=EPILOG,
+                   short_help="Delete matching jobs in batches: count, confirm, progress.")
     @click.option("--state", "states", multiple=True, type=click.Choice(PURGE_STATES),
                   help="Purge jobs in this state (repeatable). Default: completed, "
                   "cancelled, discarded. Running jobs are never purged.")

@@ -313,6 +313,29 @@ def test_storage_never_purges_or_plainly_deletes_a_running_job(db_url: str) -> N
     assert plain is None and forced is not None and forced.state is JobState.RUNNING
 
 
+def test_purge_never_deletes_more_than_it_counted(app: Conveyor, db_url: str,
+                                                 noop: Any) -> None:
+    """A job that finishes during the purge (below the highest id counted) matches too:
+    the purge still stops at the number it counted."""
+    app.enqueue_many([noop.job(i) for i in range(4)])
+    [first, second] = claim(db_url, 2)
+    finish(db_url, [second], JobState.COMPLETED)
+    finish(db_url, claim(db_url, 2), JobState.COMPLETED)
+
+    async def first_finishes(counts: dict[str, int]) -> None:
+        assert counts == {"completed": 3}
+        other = Conveyor(db_url)
+        try:
+            storage = await other.storage()
+            ack = JobAck(first.id, first.lease_token or 0, JobState.COMPLETED)
+            assert await storage.job_ack_many(JobAckManyParams([ack])) == [first.id]
+        finally:
+            await other.close_async()
+
+    assert app.purge_jobs(states="completed", on_count=first_finishes) == 3
+    assert states(app) == {"completed": 1}
+
+
 @pytest.mark.parametrize(("kwargs", "error", "match"), [
     ({"states": ["running"]}, ValueError, "running jobs are never purged"),
     ({"states": "running"}, ValueError, "running jobs are never purged"),

@@ -10,6 +10,7 @@ deletes a running job.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -103,9 +104,10 @@ class MaintenanceApp(ControlApp):
         ``states`` defaults to the finished ones (completed, cancelled, discarded);
         waiting states are purged only when named, and running jobs never. A job's age
         (``older_than``, seconds or a timedelta) is that of its finish, or of its
-        creation if it never finished. The purge counts first and deletes only jobs
-        that matched then (up to the highest id counted), so it never deletes more
-        than the count ``on_count`` was shown.
+        creation if it never finished. The purge counts first, then deletes matching
+        jobs up to the highest id it counted and never more than it counted: jobs
+        enqueued meanwhile are spared, and the count ``on_count`` was shown is the
+        most it deletes.
 
         Example: ``app.purge_jobs(states=["discarded"], older_than=timedelta(days=30))``
         """
@@ -124,19 +126,18 @@ class MaintenanceApp(ControlApp):
                 return 0
         if dry_run or count.max_id is None:
             return count.total
-        params = JobPurgeParams(params.states, params.queue, params.task, params.older_than,
-                                max_id=count.max_id, limit=params.limit)
         deleted = 0
-        while True:
-            batch = await storage.job_purge_batch(params)
+        after: int | None = 0
+        while after is not None and deleted < count.total:
+            # never past the highest id counted, never more jobs than counted
+            batch = await storage.job_purge_batch(dataclasses.replace(
+                params, after_id=after, max_id=count.max_id,
+                limit=min(params.limit, count.total - deleted)))
             deleted += len(batch.deleted)
+            after = batch.next_after
             if on_progress is not None:
                 on_progress(deleted, count.total)
-            if batch.next_after is None:
-                return deleted
-            params = JobPurgeParams(params.states, params.queue, params.task,
-                                    params.older_than, batch.next_after, count.max_id,
-                                    params.limit)
+        return deleted
 
     # -- the services, now ------------------------------------------------------------------
 

@@ -118,7 +118,7 @@ def _rescued_as(job: Job) -> JobState:
 
 def _rescue_table(jobs: list[Job], dry_run: bool, nodes: dict[int, str | None]) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header in ("id", "task", "queue", "attempt", "node", "lease expired",
+    for header in ("id", "task", "queue", "attempt", "node", "lease until",
                    "becomes" if dry_run else "now"):
         table.add_column(header, no_wrap=True)
     for job in jobs:

@@ -11,7 +11,7 @@ from .._explain import Explanation
 from .._job import Job, JobState
 from .._storage import LeaderRow, Migration, NodeRow
 from .control import QueueInfo, ScheduleInfo
-from .maintenance import MaintenanceApp, OnCount, OnProgress
+from .maintenance import DEFAULT_BATCH, MaintenanceApp, OnCount, OnProgress
 
 
 class Conveyor(MaintenanceApp):
@@ -122,7 +122,7 @@ class Conveyor(MaintenanceApp):
         self, *, states: Sequence[JobState | str] | JobState | str | None = None,
         queue: str | None = None, task: str | None = None,
         older_than: float | timedelta | None = None, dry_run: bool = False,
-        batch_size: int = 1000, on_count: OnCount | None = None,
+        batch_size: int = DEFAULT_BATCH, on_count: OnCount | None = None,
         on_progress: OnProgress | None = None,
     ) -> int:
         """Example: ``app.purge_jobs(states="discarded", older_than=timedelta(days=30))``"""
@@ -132,7 +132,7 @@ class Conveyor(MaintenanceApp):
 
     def prune_now(self, *, completed_retention: float | timedelta | None = None,
                   discarded_retention: float | timedelta | None = None,
-                  dry_run: bool = False, batch_size: int = 1000) -> int:
+                  dry_run: bool = False, batch_size: int = DEFAULT_BATCH) -> int:
         """Example: ``app.prune_now(dry_run=True)``"""
         return self._sync(self.prune_now_async(
             completed_retention=completed_retention, discarded_retention=discarded_retention,

@@ -74,6 +74,10 @@ WHOLE_READS: dict[str, Whole] = {
         "row (partial index) and every node (one row per worker process)",
         sqlite={"conveyor_jobs_lease_idx", "conveyor_nodes"},
         postgres={"conveyor_jobs_lease_idx", "conveyor_nodes"}),
+    "job_rescue_candidates": whole(
+        "the dry run of job_rescue_expired (`conveyor rescue --dry-run`) reads what it reads",
+        sqlite={"conveyor_jobs_lease_idx", "conveyor_nodes"},
+        postgres={"conveyor_jobs_lease_idx", "conveyor_nodes"}),
     "job_failure_groups": whole(
         "PostgreSQL: newest failures first, the generic plan walks ids backward filtering "
         "on state until the scan cap (state_idx cannot give id order across two states)",

@@ -47,6 +47,10 @@ class StateChange:
 
     ``previous`` is None for an enqueue. ``run_time`` (seconds) and ``node`` are set
     for outcomes written by a worker; ``error`` when the transition recorded one.
+    ``deleted`` is true when an operator deleted the job's row (``delete_job``,
+    ``purge_jobs``): ``state`` and ``previous`` are then both the state it had, so
+    check ``deleted`` before counting transitions. Retention (the pruner,
+    ``prune_now``) deletes without events.
     """
 
     job_id: int
@@ -59,6 +63,7 @@ class StateChange:
     error: str | None = None
     run_time: float | None = None
     node: str | None = None
+    deleted: bool = False
 
 
 class Hooks:

@@ -1,7 +1,7 @@
 """The one choke point for state changes: a storage wrapper that tells listeners.
 
 Every persisted transition of a job (enqueue, claim, outcome, staging, rescue, retry,
-cancel, bulk actions) goes through an ``ObservedStorage``, which emits its
+cancel, bulk actions, operator deletes) goes through an ``ObservedStorage``, which emits its
 ``StateChange`` to ``app.on_state_change`` listeners and hands worker outcomes to the
 outcome listeners (the metrics service). A view names the source of its writes:
 ``storage.with_source("dashboard")``. Listeners are checked once per call (a batch),
@@ -27,6 +27,8 @@ from ._storage import (
     JobFetchAvailableParams,
     JobGetParams,
     JobInsertManyParams,
+    JobPurgeBatch,
+    JobPurgeParams,
     JobRescueExpiredParams,
     JobRetryParams,
     JobStageDueParams,
@@ -213,6 +215,22 @@ class ObservedStorage:
         changed = await self.inner.job_discard_matching(params)
         self._emit_changed(changed, JobState.DISCARDED)
         return changed
+
+    # -- operators: deleting rows ----------------------------------------------------------
+
+    async def job_delete(self, job_id: int, *, force: bool = False) -> Job | None:
+        job = await self.inner.job_delete(job_id, force=force)
+        if job is not None and self.hooks.listeners:
+            self._emit([StateChange(job.id, job.task, job.queue, job.attempt, job.state,
+                                    job.state, self.source, deleted=True)])
+        return job
+
+    async def job_purge_batch(self, params: JobPurgeParams) -> JobPurgeBatch:
+        batch = await self.inner.job_purge_batch(params)
+        if batch.deleted and self.hooks.listeners:
+            self._emit([StateChange(c.id, c.task, c.queue, c.attempt, c.previous, c.previous,
+                                    self.source, deleted=True) for c in batch.deleted])
+        return batch
 
     def _emit_changed(self, changed: list[JobChanged], state: JobState) -> None:
         if changed and self.hooks.listeners:

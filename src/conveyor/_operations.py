@@ -197,6 +197,12 @@ class Operations:
         changed = await self._matching("discard", JobFilter(ids=(job_id,)), 1)
         return JobAction(before, before if changed else None)
 
+    async def delete_job(self, job_id: int) -> JobAction:
+        """Its row deleted now, unless it is running (``after`` None: cancel it first);
+        ``after`` is the row as it was."""
+        storage = await self.app.storage_for(self.source)
+        return await self._one(job_id, lambda: storage.job_delete(job_id))
+
     async def _before(self, job_id: int) -> Job:
         storage = await self.app.storage()
         before = await storage.job_get(JobGetParams(job_id))

@@ -2,8 +2,9 @@
 
 One chain of classes, each with real methods: ``AppBase`` (definitions, storage,
 the sync bridge) <- ``JobsApp`` (enqueue, jobs, workers) <- ``ControlApp`` (schedules,
-queues, cluster) <- ``TestingApp`` (inline mode and drain, for the testing
-toolkit) <- ``Conveyor`` (the sync twins, one line each).
+queues, cluster) <- ``MaintenanceApp`` (discard, delete, purge, prune and rescue
+now) <- ``TestingApp`` (inline mode and drain, for the testing toolkit) <- ``Conveyor``
+(the sync twins, one line each).
 """
 
 from .app import Conveyor

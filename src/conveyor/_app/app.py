@@ -3,12 +3,15 @@ the one bridge (``_sync``, a private event loop on a thread)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from .._explain import Explanation
 from .._job import Job, JobState
 from .._storage import LeaderRow, Migration, NodeRow
 from .control import KEEP, QueueInfo, ScheduleInfo, _Keep
+from .maintenance import DEFAULT_BATCH, OnCount, OnProgress
 from .testing import TestingApp
 
 
@@ -115,5 +118,36 @@ class Conveyor(TestingApp):
         """Example: ``print(app.explain_job(42))``"""
         return self._sync(self.explain_job_async(job_id))
 
+    # -- one-off maintenance (the async core is in maintenance.py) --------------------------
 
+    def discard_job(self, job_id: int, *, reason: str | None = None) -> Job:
+        """Example: ``app.discard_job(42, reason="customer left")``"""
+        return self._sync(self.discard_job_async(job_id, reason=reason))
 
+    def delete_job(self, job_id: int, *, force: bool = False) -> Job:
+        """Example: ``app.delete_job(42)`` (returns the job as it was)"""
+        return self._sync(self.delete_job_async(job_id, force=force))
+
+    def purge_jobs(
+        self, *, states: Sequence[JobState | str] | JobState | str | None = None,
+        queue: str | None = None, task: str | None = None,
+        older_than: float | timedelta | None = None, dry_run: bool = False,
+        batch_size: int = DEFAULT_BATCH, on_count: OnCount | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> int:
+        """Example: ``app.purge_jobs(states="discarded", older_than=timedelta(days=30))``"""
+        return self._sync(self.purge_jobs_async(
+            states=states, queue=queue, task=task, older_than=older_than, dry_run=dry_run,
+            batch_size=batch_size, on_count=on_count, on_progress=on_progress))
+
+    def prune_now(self, *, completed_retention: float | timedelta | None = None,
+                  discarded_retention: float | timedelta | None = None,
+                  dry_run: bool = False, batch_size: int = DEFAULT_BATCH) -> int:
+        """Example: ``app.prune_now(dry_run=True)``"""
+        return self._sync(self.prune_now_async(
+            completed_retention=completed_retention, discarded_retention=discarded_retention,
+            dry_run=dry_run, batch_size=batch_size))
+
+    def rescue_now(self, *, dry_run: bool = False, limit: int = 10_000) -> list[Job]:
+        """Example: ``[j.id for j in app.rescue_now(dry_run=True)]``"""
+        return self._sync(self.rescue_now_async(dry_run=dry_run, limit=limit))

@@ -17,7 +17,7 @@ from .._job import Job, JobState
 from .._runtime.inprocess import DrainResult, InProcessRunner
 from .._storage import JobGetParams
 from .._task import JobSpec
-from .control import ControlApp
+from .maintenance import MaintenanceApp
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class Inline:
         self.__exit__(kind, exc, tb)
 
 
-class TestingApp(ControlApp):
+class TestingApp(MaintenanceApp):
     """Inline mode and drain; see ``Conveyor``."""
 
     __test__ = False  # not a pytest test class, whatever its name

@@ -54,6 +54,9 @@ from .job_types import (
     JobFilter,
     JobGetParams,
     JobListParams,
+    JobPurgeBatch,
+    JobPurgeCount,
+    JobPurgeParams,
     JobRescueExpiredParams,
     JobRetryParams,
     JobSearchParams,
@@ -200,6 +203,44 @@ class BaseStorage(ABC):
         await self._write("node_prune", {"age": params.node_age})
         await self._write("rate_limit_prune", {"age": params.node_age})
         return len(deleted)
+
+    # -- maintenance: delete one job, purge many (<dialect>/sql/maintenance.sql) ---------
+
+    async def job_delete(self, job_id: int, *, force: bool = False) -> Job | None:
+        return self._one(await self._write("job_delete", {"id": job_id, "force": force}))
+
+    def _purge_values(self, params: JobPurgeParams) -> dict[str, Any]:
+        flt = self._filter_values(JobFilter(states=params.states))
+        return {"states": flt["states"], "queue": params.queue, "task": params.task,
+                "older_than": params.older_than, "after_id": params.after_id,
+                "max_id": params.max_id, "limit": params.limit}
+
+    async def job_purge_count(self, params: JobPurgeParams) -> JobPurgeCount:
+        rows = await self._read("job_purge_count", self._purge_values(params))
+        ids = [int(r["max_id"]) for r in rows if r["max_id"] is not None]
+        return JobPurgeCount({JobState(r["state"]): int(r["n"]) for r in rows},
+                             max(ids) if ids else None)
+
+    async def job_purge_batch(self, params: JobPurgeParams) -> JobPurgeBatch:
+        """Pick up to ``limit`` candidates with a read, then delete those that still
+        match in one short write: no write lock is held while the table is read."""
+        values = self._purge_values(params)
+        picked = [int(r["id"]) for r in await self._read("job_purge_pick", values)]
+        if not picked:
+            return JobPurgeBatch([], None)
+        values["ids"] = self._filter_values(JobFilter(ids=tuple(picked)))["ids"]
+        rows = await self._write("job_purge_ids", values)
+        deleted = changed_jobs(rows, {int(r["id"]) for r in rows})
+        return JobPurgeBatch(deleted, picked[-1] if len(picked) == params.limit else None)
+
+    async def job_prune_count(self, params: JobPruneParams) -> int:
+        values = {"completed_age": params.completed_age, "discarded_age": params.discarded_age}
+        return int((await self._read("job_prune_count", values))[0]["n"])
+
+    async def job_rescue_candidates(self, params: JobRescueExpiredParams) -> list[Job]:
+        rows = await self._read("job_rescue_candidates",
+                                {"limit": params.limit, "node_ttl": params.node_ttl})
+        return sorted(self._jobs(rows), key=lambda j: j.id)
 
     # -- search and bulk actions -----------------------------------------------------------
 

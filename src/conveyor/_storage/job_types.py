@@ -260,3 +260,47 @@ class JobChanged:
     queue: str
     attempt: int
     previous: JobState
+
+
+# -- maintenance: delete and purge (``<dialect>/sql/maintenance.sql``) -------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobPurgeParams:
+    """Which jobs a purge deletes, and one keyset batch of them. Running jobs never
+    match, whatever ``states`` says. A purge counts first (``job_purge_count``, which
+    gives the highest matching id), then deletes batches up to that id only: jobs that
+    start to match during the purge are left alone, so the count an operator
+    confirmed is the most it deletes."""
+
+    states: tuple[JobState, ...]
+    queue: str | None = None
+    task: str | None = None
+    #: Only jobs finished (never finished: created) more than this many seconds ago.
+    older_than: float | None = None
+    #: The batch looks at ids above this one...
+    after_id: int = 0
+    #: ...and at most this one (None: no bound).
+    max_id: int | None = None
+    limit: int = 1000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobPurgeCount:
+    """How many jobs a purge matches now, per state, and the highest matching id."""
+
+    counts: dict[JobState, int]
+    max_id: int | None
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobPurgeBatch:
+    """What one purge batch deleted (with the state each job had), and where the next
+    batch starts: None when no matching job is left to look at."""
+
+    deleted: list[JobChanged]
+    next_after: int | None

@@ -54,6 +54,9 @@ from .job_types import (
     JobHeartbeatResult,
     JobInsertManyParams,
     JobListParams,
+    JobPurgeBatch,
+    JobPurgeCount,
+    JobPurgeParams,
     JobRescueExpiredParams,
     JobRetryParams,
     JobSearchParams,
@@ -185,6 +188,25 @@ class Storage(Protocol):
 
     async def job_prune(self, params: JobPruneParams) -> int:
         """Delete one bounded batch of old finished jobs (and stale nodes); return count."""
+
+    # -- one-off maintenance (<dialect>/sql/maintenance.sql) ------------------------------
+
+    async def job_delete(self, job_id: int, *, force: bool = False) -> Job | None:
+        """Delete one job; a running one only with ``force``. The row as it was, or None
+        (no such job, or running without ``force``)."""
+
+    async def job_purge_count(self, params: JobPurgeParams) -> JobPurgeCount:
+        """How many jobs a purge matches now, per state, and the highest matching id."""
+
+    async def job_purge_batch(self, params: JobPurgeParams) -> JobPurgeBatch:
+        """Delete one bounded batch of matching jobs (never running ones), each batch a
+        short transaction of its own."""
+
+    async def job_prune_count(self, params: JobPruneParams) -> int:
+        """How many jobs ``job_prune`` would delete now, all batches together."""
+
+    async def job_rescue_candidates(self, params: JobRescueExpiredParams) -> list[Job]:
+        """The running jobs ``job_rescue_expired`` would rescue now (at most ``limit``)."""
 
     # -- search, bulk actions and metrics (<dialect>/sql/search.sql, metrics.sql) --------
 

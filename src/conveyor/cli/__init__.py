@@ -21,6 +21,7 @@ from .dashboard import dashboard_cmd
 from .demo import demo
 from .enqueue import enqueue
 from .jobs import jobs
+from .maintenance import prune, rescue
 from .migrate import migrate
 from .queues import queues
 from .schedules import schedules
@@ -38,7 +39,7 @@ def cli() -> None:
 
 
 for command in (migrate, enqueue, jobs, worker, demo, bench, queues, schedules,
-                dashboard_cmd, check_cmd, status_cmd):
+                dashboard_cmd, check_cmd, status_cmd, prune, rescue):
     cli.add_command(command)
 
 

@@ -43,6 +43,7 @@ from ._render import (
     when,
 )
 from ._retry import retry_command
+from .maintenance import job_commands
 
 # -- list and show -----------------------------------------------------------------------
 
@@ -188,7 +189,7 @@ def secrets_option(fn: click.decorators.FC) -> click.decorators.FC:
 
 @click.group(context_settings=CONTEXT, epilog=EPILOG)
 def jobs() -> None:
-    """Inspect and manage jobs: list, show, retry, cancel."""
+    """Inspect and manage jobs: list, show, retry, cancel, explain, discard, delete, purge."""
 
 
 @jobs.command("list", epilog=EPILOG)
@@ -223,6 +224,8 @@ def jobs_show(job_id: int, secrets: bool, as_json: bool, app_path: str | None,
 
 
 jobs.add_command(retry_command(show_jobs))
+for _command in job_commands(show_jobs):
+    jobs.add_command(_command)
 
 
 @jobs.command("cancel", epilog=EPILOG)

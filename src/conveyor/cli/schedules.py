@@ -1,4 +1,8 @@
-"""``conveyor schedules``: periodic jobs, listed, paused, resumed or run now."""
+"""``conveyor schedules``: periodic jobs, listed, paused, resumed, run now or removed.
+
+``remove`` deletes a schedule defined at runtime (``app.add_schedule``). A schedule
+defined in code (``@app.periodic``) is refused with ``--app``; without ``--app`` the
+CLI cannot know, and a worker of the app declares it again when it starts."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._app import Conveyor, ScheduleInfo
-from ._base import CONTEXT, EPILOG, common_options, json_option, run_async
+from ._base import CONTEXT, EPILOG, CliFailure, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import console, print_json, when
 
@@ -36,7 +40,7 @@ def _doc(value: Any) -> Any:
 
 @click.group(context_settings=CONTEXT, epilog=EPILOG)
 def schedules() -> None:
-    """Periodic jobs: list, pause, resume, run now."""
+    """Periodic jobs: list, pause, resume, run now, remove."""
 
 @schedules.command("list", epilog=EPILOG)
 @json_option
@@ -52,9 +56,13 @@ def schedules_list(as_json: bool, app_path: str | None, url: str | None) -> None
         console().print(_schedules_table(found))
 
 
-def _act(app: Conveyor, name: str, verb: str) -> Any:
-    return {"pause": app.pause_schedule_async, "resume": app.resume_schedule_async,
-            "run": app.trigger_schedule_async}[verb](name)
+async def _act(app: Conveyor, name: str, verb: str) -> Any:
+    action = {"pause": app.pause_schedule_async, "resume": app.resume_schedule_async,
+              "run": app.trigger_schedule_async, "remove": app.remove_schedule_async}[verb]
+    try:
+        return await action(name)
+    except (ValueError, LookupError) as exc:  # unknown, or defined in code
+        raise CliFailure(str(exc)) from None
 
 
 def _verb_command(verb: str, text: str) -> click.Command:
@@ -72,5 +80,7 @@ def _verb_command(verb: str, text: str) -> click.Command:
 
 for _verb, _text in (("pause", "Stop enqueuing schedule NAME's ticks."),
                      ("resume", "Enqueue schedule NAME's ticks again."),
-                     ("run", "Enqueue schedule NAME's job now, outside its ticks.")):
+                     ("run", "Enqueue schedule NAME's job now, outside its ticks."),
+                     ("remove", "Delete schedule NAME, defined at runtime (app.add_schedule); "
+                      "one defined in code comes back when a worker of the app starts.")):
     schedules.add_command(_verb_command(_verb, _text))

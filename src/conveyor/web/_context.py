@@ -28,6 +28,7 @@ FLASHES = {
     "retried": "Job {} is back in its queue.",
     "cancelled": "Cancel of job {} recorded.",
     "discarded": "Job {} was discarded.",
+    "deleted": "Job {} was deleted.",
     "bulk-retry": "{} job(s) retried.",
     "bulk-discard": "{} job(s) discarded.",
     "paused": "Queue {} paused.",

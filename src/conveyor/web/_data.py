@@ -221,6 +221,8 @@ class JobDetail:
     can_retry: bool
     can_cancel: bool
     can_discard: bool
+    #: Any job but a running one (cancel it first).
+    can_delete: bool = False
     #: Every recorded attempt, newest first: the failed ones from ``errors``, then the
     #: latest one when it did not fail (``ran_on``, ``run_time``).
     attempts: list[AttemptRun] = dataclasses.field(default_factory=list)
@@ -305,6 +307,7 @@ async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetai
         can_cancel=job.state in (*DISCARDABLE_FROM, JobState.RUNNING) and not job.cancel_requested,
         can_discard=job.state in DISCARDABLE_FROM, attempts=attempt_runs(job, hosts),
         sealed=sealed_key(job.args, job.kwargs),
+        can_delete=job.state is not JobState.RUNNING,
     )
 
 

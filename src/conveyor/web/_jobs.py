@@ -1,4 +1,5 @@
-"""The jobs list, one job's page, and the single-job actions (retry, cancel, discard).
+"""The jobs list, one job's page, and the single-job actions (retry, cancel, discard,
+delete; a running job is never deleted from here: cancel it first).
 
 There is deliberately no action that enqueues an arbitrary task or edits arguments:
 retry re-runs a job as it was written.
@@ -17,7 +18,7 @@ from ._context import Context
 from ._query import PAGE_SIZES, STATE_CHOICES, JobQuery, positive_int
 from ._security import action_form
 
-DONE = {"retry": "retried", "cancel": "cancelled", "discard": "discarded"}
+DONE = {"retry": "retried", "cancel": "cancelled", "discard": "discarded", "delete": "deleted"}
 
 
 async def jobs(ctx: Context, request: Request) -> Response:
@@ -49,16 +50,17 @@ async def job_action(ctx: Context, request: Request) -> Response:
         raise HTTPException(404)
     ctx.audit(request, f"job.{action}", job=job_id)
     act = {"retry": ctx.ops.retry_job, "cancel": ctx.ops.cancel_job,
-           "discard": ctx.ops.discard_job}[action]
+           "discard": ctx.ops.discard_job, "delete": ctx.ops.delete_job}[action]
     try:
         result = await act(job_id)
     except JobNotFoundError:
         raise HTTPException(404, f"no job with id {job_id}") from None
     if result.after is None:
-        verb = "cancelled" if action == "cancel" else action + "ed"
         return ctx.redirect(request, f"/jobs/{job_id}", "error",
-                            f"Job {job_id} is {result.before.state.value} and cannot be {verb}.")
-    return ctx.redirect(request, f"/jobs/{job_id}", DONE[action], job_id)
+                            f"Job {job_id} is {result.before.state.value} and cannot be "
+                            f"{DONE[action]}.")
+    return ctx.redirect(request, "/jobs" if action == "delete" else f"/jobs/{job_id}",
+                        DONE[action], job_id)
 
 
 def routes(ctx: Context) -> list[Route]:

@@ -1,0 +1,260 @@
+"""One-off maintenance: discard or delete one job, purge many, and run retention or
+the rescue of expired leases now instead of waiting for a worker's service.
+
+Every change goes through the app's storage view (``ObservedStorage``), so discards,
+rescues and deletions reach ``on_state_change`` listeners like any other transition
+(a deletion as a change with ``deleted=True``). A purge counts first, then deletes in
+batches of ``batch_size`` jobs, each batch a short transaction of its own, and never
+deletes a running job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import NoReturn
+
+from .. import _payload
+from .._config import WorkerConfig
+from .._errors import InvalidStateError, JobNotFoundError
+from .._job import DISCARDABLE_FROM, Job, JobState
+from .._storage import (
+    JobBulkParams,
+    JobFilter,
+    JobGetParams,
+    JobPruneParams,
+    JobPurgeParams,
+    JobRescueExpiredParams,
+    Storage,
+)
+from .control import ControlApp
+from .jobs import _check_id
+
+#: What a purge deletes when no state is named: finished jobs only. Waiting jobs are
+#: work not done yet, and are deleted only when their state is named.
+PURGE_DEFAULT_STATES = (JobState.COMPLETED, JobState.CANCELLED, JobState.DISCARDED)
+#: A purge never deletes a running job (its worker would write an outcome to nothing).
+PURGEABLE_STATES = tuple(s for s in JobState if s is not JobState.RUNNING)
+#: Rows per purge or prune transaction: short locks, whatever the table holds.
+DEFAULT_BATCH = 1000
+MAX_BATCH = 10_000
+#: The longest operator reason kept in a discarded job's error entry.
+MAX_REASON = 1000
+
+#: ``on_count(counts)``: the jobs a purge matches, per state, before anything is
+#: deleted; returning False stops the purge there (nothing deleted).
+OnCount = Callable[[dict[str, int]], "bool | Awaitable[bool | None] | None"]
+#: ``on_progress(deleted_so_far, total)``: after each batch of a purge.
+OnProgress = Callable[[int, int], None]
+
+
+class MaintenanceApp(ControlApp):
+    """Discard, delete, purge, prune now, rescue now; see ``Conveyor``."""
+
+    # -- one job --------------------------------------------------------------------------
+
+    async def discard_job_async(self, job_id: int, *, reason: str | None = None) -> Job:
+        """End a waiting (scheduled, available or retryable) job as discarded, with an
+        error entry that says an operator did it. A running job is refused: cancel it
+        (``cancel_job``) and its worker stops it."""
+        _check_id(job_id)
+        text = "discarded by an operator"
+        if reason is not None:
+            if not isinstance(reason, str):
+                raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+            text += f": {reason[:MAX_REASON]}"
+        storage = await self.storage()
+        params = JobBulkParams(JobFilter(ids=(job_id,)), limit=1,
+                               error_json=json.dumps({"error": text}))
+        if not await storage.job_discard_matching(params):
+            await _refuse(storage, job_id, "discarded", DISCARDABLE_FROM)
+        job = await storage.job_get(JobGetParams(job_id))
+        if job is None:  # deleted right after the discard
+            raise JobNotFoundError(f"no job with id {job_id}")
+        return job
+
+    async def delete_job_async(self, job_id: int, *, force: bool = False) -> Job:
+        """Delete a job's row, whatever its state; returns the job as it was. A running
+        job is refused unless ``force``: then its worker's outcome matches no row and
+        its next heartbeat stops the handler (it may still finish what it was doing)."""
+        _check_id(job_id)
+        if not isinstance(force, bool):
+            raise TypeError("force must be a bool")
+        storage = await self.storage()
+        job = await storage.job_delete(job_id, force=force)
+        if job is None:
+            await _refuse(storage, job_id, "deleted", PURGEABLE_STATES)
+        return job
+
+    # -- many jobs ------------------------------------------------------------------------
+
+    async def purge_jobs_async(
+        self, *, states: Sequence[JobState | str] | JobState | str | None = None,
+        queue: str | None = None, task: str | None = None,
+        older_than: float | timedelta | None = None, dry_run: bool = False,
+        batch_size: int = DEFAULT_BATCH, on_count: OnCount | None = None,
+        on_progress: OnProgress | None = None,
+    ) -> int:
+        """Delete every job matching the filter, ``batch_size`` per transaction; how many
+        were deleted (with ``dry_run``: how many would be, nothing deleted).
+
+        ``states`` defaults to the finished ones (completed, cancelled, discarded);
+        waiting states are purged only when named, and running jobs never. A job's age
+        (``older_than``, seconds or a timedelta) is that of its finish, or of its
+        creation if it never finished. The purge counts first, then deletes matching
+        jobs up to the highest id it counted and never more than it counted: jobs
+        enqueued meanwhile are spared, and the count ``on_count`` was shown is the
+        most it deletes.
+
+        Example: ``app.purge_jobs(states=["discarded"], older_than=timedelta(days=30))``
+        """
+        params = JobPurgeParams(
+            _purge_states(states), _name(queue, _payload.check_queue_name),
+            _name(task, _payload.check_task_name), _seconds(older_than, "older_than"),
+            limit=_batch(batch_size))
+        storage = await self.storage()
+        count = await storage.job_purge_count(params)
+        counts = {s.value: n for s, n in sorted(count.counts.items()) if n}
+        if on_count is not None:
+            answer = on_count(counts)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            if answer is False:
+                return 0
+        if dry_run or count.max_id is None:
+            return count.total
+        deleted = 0
+        after: int | None = 0
+        while after is not None and deleted < count.total:
+            # never past the highest id counted, never more jobs than counted
+            batch = await storage.job_purge_batch(dataclasses.replace(
+                params, after_id=after, max_id=count.max_id,
+                limit=min(params.limit, count.total - deleted)))
+            deleted += len(batch.deleted)
+            after = batch.next_after
+            if on_progress is not None:
+                on_progress(deleted, count.total)
+        return deleted
+
+    # -- the services, now ------------------------------------------------------------------
+
+    async def prune_now_async(
+        self, *, completed_retention: float | timedelta | None = None,
+        discarded_retention: float | timedelta | None = None, dry_run: bool = False,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> int:
+        """Run retention now, as the pruner service does: delete completed and cancelled
+        jobs finished more than ``completed_retention`` ago, and discarded jobs more than
+        ``discarded_retention`` ago (defaults: ``WorkerConfig``'s), in batches; with
+        them, nodes and rate-limit rows long silent. How many jobs were deleted (with
+        ``dry_run``: how many would be, nothing deleted). No state-change events, as
+        for the pruner."""
+        defaults = WorkerConfig()
+        params = JobPruneParams(
+            _age(completed_retention, "completed_retention", defaults.completed_retention),
+            _age(discarded_retention, "discarded_retention", defaults.discarded_retention),
+            _batch(batch_size))
+        storage = await self.storage()
+        if dry_run:
+            return await storage.job_prune_count(params)
+        total = 0
+        while True:
+            deleted = await storage.job_prune(params)
+            total += deleted
+            if deleted < params.limit:
+                return total
+
+    async def rescue_now_async(self, *, dry_run: bool = False, limit: int = 10_000) -> list[Job]:
+        """Rescue the jobs whose lease expired (or whose node stopped heartbeating past
+        its ttl) now, as the rescuer service does: each goes back to its queue, or ends
+        discarded when it used its last attempt, or cancelled when a cancel was asked.
+        Returns the jobs rescued, as they are now (with ``dry_run``: the jobs that would
+        be, still running; nothing changed). At most ``limit`` jobs."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError("limit must be an int >= 1")
+        storage = await self.storage()
+        if dry_run:
+            return await storage.job_rescue_candidates(JobRescueExpiredParams(limit=limit))
+        ids: list[int] = []
+        while len(ids) < limit:
+            step = min(DEFAULT_BATCH, limit - len(ids))
+            rescued = await storage.job_rescue_expired(JobRescueExpiredParams(limit=step))
+            ids += rescued
+            if len(rescued) < step:
+                break
+        jobs = [await storage.job_get(JobGetParams(i)) for i in sorted(ids)]
+        return [j for j in jobs if j is not None]
+
+
+async def _refuse(storage: Storage, job_id: int, verb: str,
+                  allowed: Sequence[JobState]) -> NoReturn:
+    """Why a discard or delete changed nothing: no such job, or its state."""
+    job = await storage.job_get(JobGetParams(job_id))
+    if job is None:
+        raise JobNotFoundError(f"no job with id {job_id}")
+    if job.state is JobState.RUNNING:
+        hint = "cancel it first (its worker stops it)"
+        if verb == "deleted":
+            hint += ", or delete it with force"
+        raise InvalidStateError(f"job {job_id} is running and cannot be {verb}: {hint}")
+    if job.state not in allowed:
+        raise InvalidStateError(f"job {job_id} is {job.state.value} and cannot be {verb}")
+    raise InvalidStateError(f"job {job_id} changed while being {verb}; try again")
+
+
+def _purge_states(states: Sequence[JobState | str] | JobState | str | None
+                  ) -> tuple[JobState, ...]:
+    if states is None:
+        return PURGE_DEFAULT_STATES
+    named = [states] if isinstance(states, str) else list(states)
+    if not named:
+        raise ValueError("states is empty: name at least one, or pass None for the "
+                         "finished states")
+    found: list[JobState] = []
+    for state in named:
+        if not isinstance(state, str):
+            raise TypeError(f"a state is a JobState or its name, got {state!r}")
+        try:
+            value = JobState(state)
+        except ValueError:
+            known = ", ".join(s.value for s in PURGEABLE_STATES)
+            raise ValueError(f"unknown state {state!r}; expected one of {known}") from None
+        if value is JobState.RUNNING:
+            raise ValueError("running jobs are never purged: cancel them first")
+        if value not in found:
+            found.append(value)
+    return tuple(found)
+
+
+def _name(value: str | None, check: Callable[[str], str]) -> str | None:
+    return check(value) if value is not None else None
+
+
+def _age(value: float | timedelta | None, what: str, default: float) -> float:
+    seconds = _seconds(value, what)
+    return default if seconds is None else seconds
+
+
+def _seconds(value: float | timedelta | None, what: str) -> float | None:
+    """A non-negative duration in seconds (a number or a timedelta), or None."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} is seconds (a number) or a timedelta, got {value!r}")
+    if not value >= 0 or value == float("inf"):  # also NaN
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _batch(size: int) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_BATCH:
+        raise ValueError(f"batch_size must be an int from 1 to {MAX_BATCH}")
+    return size
+
+
+__all__ = ["PURGEABLE_STATES", "PURGE_DEFAULT_STATES", "MaintenanceApp"]

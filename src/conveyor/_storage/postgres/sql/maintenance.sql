@@ -1,0 +1,63 @@
+-- One-off maintenance (`conveyor prune`, `rescue`, `jobs delete`, `jobs purge`),
+-- PostgreSQL dialect. A purge's filter: a job's age is that of its finish (never
+-- finished: its creation), and running jobs never match. Batches walk ids upwards from
+-- after_id to max_id, so a purge reads the table once, whatever it deletes.
+
+-- name: job_delete
+-- One job, whatever its state; a running one only with force (its worker's outcome
+-- then matches no row, and its next heartbeat stops the handler).
+DELETE FROM conveyor_jobs
+WHERE id = %(id)s::bigint AND (state <> 'running' OR %(force)s::boolean)
+RETURNING *;
+
+-- name: job_purge_count
+SELECT state, count(*) AS n, max(id) AS max_id FROM conveyor_jobs
+WHERE state = ANY(%(states)s::text[]) AND state <> 'running'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(older_than)s::float8 IS NULL OR coalesce(finished_at, created_at)
+       < now() - %(older_than)s::float8 * interval '1 second')
+  AND id > %(after_id)s::bigint AND id <= coalesce(%(max_id)s::bigint, 9223372036854775807)
+GROUP BY state;
+
+-- name: job_purge_pick
+-- The next batch's candidates, read without locking anything.
+SELECT id FROM conveyor_jobs
+WHERE state = ANY(%(states)s::text[]) AND state <> 'running'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(older_than)s::float8 IS NULL OR coalesce(finished_at, created_at)
+       < now() - %(older_than)s::float8 * interval '1 second')
+  AND id > %(after_id)s::bigint AND id <= coalesce(%(max_id)s::bigint, 9223372036854775807)
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: job_purge_ids
+-- Deletes the picked jobs that still match: a row claimed or retried since is checked
+-- again on its new version (READ COMMITTED) and left alone.
+DELETE FROM conveyor_jobs
+WHERE id = ANY(%(ids)s::bigint[])
+  AND state = ANY(%(states)s::text[]) AND state <> 'running'
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(older_than)s::float8 IS NULL OR coalesce(finished_at, created_at)
+       < now() - %(older_than)s::float8 * interval '1 second')
+RETURNING id, task, queue, state, attempt;
+
+-- name: job_prune_count
+-- What job_prune would delete now, all batches together (`conveyor prune --dry-run`).
+SELECT count(*) AS n FROM conveyor_jobs
+WHERE (state IN ('completed', 'cancelled')
+       AND finished_at < now() - %(completed_age)s::float8 * interval '1 second')
+   OR (state = 'discarded'
+       AND finished_at < now() - %(discarded_age)s::float8 * interval '1 second');
+
+-- name: job_rescue_candidates
+-- The jobs job_rescue_expired would rescue now (`conveyor rescue --dry-run`).
+SELECT * FROM conveyor_jobs
+WHERE state = 'running'
+  AND (lease_expires_at < now()
+       OR lease_owner IN (SELECT id FROM conveyor_nodes WHERE heartbeat_at
+                          < now() - coalesce(%(node_ttl)s::float8, ttl)
+                                    * interval '1 second'))
+LIMIT %(limit)s;

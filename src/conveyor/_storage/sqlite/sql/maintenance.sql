@@ -1,0 +1,63 @@
+-- One-off maintenance (`conveyor prune`, `rescue`, `jobs delete`, `jobs purge`), SQLite
+-- dialect. A purge's filter: :states is comma-wrapped (',a,b,'), a job's age is that of
+-- its finish (never finished: its creation), and running jobs never match. Batches walk
+-- ids upwards from :after_id to :max_id, so a purge reads the table once, whatever it
+-- deletes.
+
+-- name: job_delete
+-- One job, whatever its state; a running one only with :force (its worker's outcome
+-- then matches no row, and its next heartbeat stops the handler).
+DELETE FROM conveyor_jobs
+WHERE id = :id AND (state <> 'running' OR :force = 1)
+RETURNING *;
+
+-- name: job_purge_count
+SELECT state, count(*) AS n, max(id) AS max_id FROM conveyor_jobs
+WHERE instr(:states, ',' || state || ',') > 0 AND state <> 'running'
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:older_than IS NULL OR coalesce(finished_at, created_at)
+       < (julianday('now') - 2440587.5) * 86400.0 - :older_than)
+  AND id > :after_id AND id <= coalesce(:max_id, 9223372036854775807)
+GROUP BY state;
+
+-- name: job_purge_pick
+-- The next batch's candidates, read outside any write transaction.
+SELECT id FROM conveyor_jobs
+WHERE instr(:states, ',' || state || ',') > 0 AND state <> 'running'
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:older_than IS NULL OR coalesce(finished_at, created_at)
+       < (julianday('now') - 2440587.5) * 86400.0 - :older_than)
+  AND id > :after_id AND id <= coalesce(:max_id, 9223372036854775807)
+ORDER BY id
+LIMIT :limit;
+
+-- name: job_purge_ids
+-- Deletes the picked jobs that still match (one may have been claimed or retried since).
+DELETE FROM conveyor_jobs
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND instr(:states, ',' || state || ',') > 0 AND state <> 'running'
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:task IS NULL OR task = :task)
+  AND (:older_than IS NULL OR coalesce(finished_at, created_at)
+       < (julianday('now') - 2440587.5) * 86400.0 - :older_than)
+RETURNING id, task, queue, state, attempt;
+
+-- name: job_prune_count
+-- What job_prune would delete now, all batches together (`conveyor prune --dry-run`).
+SELECT count(*) AS n FROM conveyor_jobs
+WHERE (state IN ('completed', 'cancelled')
+       AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :completed_age)
+   OR (state = 'discarded'
+       AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :discarded_age);
+
+-- name: job_rescue_candidates
+-- The jobs job_rescue_expired would rescue now (`conveyor rescue --dry-run`).
+SELECT * FROM conveyor_jobs
+WHERE state = 'running'
+  AND (lease_expires_at < (julianday('now') - 2440587.5) * 86400.0
+       OR lease_owner IN (SELECT id FROM conveyor_nodes WHERE heartbeat_at
+                          < (julianday('now') - 2440587.5) * 86400.0
+                            - coalesce(:node_ttl, ttl)))
+LIMIT :limit;

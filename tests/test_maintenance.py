@@ -393,6 +393,23 @@ def test_prune_now_runs_retention_as_the_pruner(app: Conveyor, db_url: str) -> N
         app.prune_now(completed_retention=-5)
 
 
+def test_prune_now_keeps_a_queues_own_retention(app: Conveyor, db_url: str,
+                                                noop: Any) -> None:
+    """A queue with a retention of its own keeps it, as with the pruner service, unless
+    the call names a retention; the dry run counts the same passes."""
+    kept = app.enqueue_many([noop.options(queue="audit").job(i) for i in range(3)])
+    plain = app.enqueue_many([noop.job(i) for i in range(2)])
+    finish(db_url, claim(db_url, 3, queue="audit"), JobState.COMPLETED)
+    finish(db_url, claim(db_url, 2), JobState.COMPLETED)
+    backdate(db_url, [j.id for j in kept + plain], 2 * 86_400)  # past the 1-day default
+    app.set_queue_retention("audit", completed=7 * 86_400)
+    assert app.prune_now(dry_run=True) == 2
+    assert app.prune_now() == 2
+    assert states(app) == {"completed": 3}
+    assert app.prune_now(completed_retention=86_400) == 3  # named here: every queue
+    assert states(app) == {}
+
+
 def test_rescue_now_returns_expired_leases_to_their_queue(
         app: Conveyor, db_url: str, noop: Any, events: list[StateChange]) -> None:
     jobs = app.enqueue_many([noop.job(i) for i in range(3)])

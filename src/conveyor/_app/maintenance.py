@@ -21,6 +21,7 @@ from .. import _payload
 from .._config import WorkerConfig
 from .._errors import InvalidStateError, JobNotFoundError
 from .._job import DISCARDABLE_FROM, Job, JobState
+from .._runtime.pruner import plan_passes
 from .._storage import (
     JobBulkParams,
     JobFilter,
@@ -149,23 +150,28 @@ class MaintenanceApp(ControlApp):
         """Run retention now, as the pruner service does: delete completed and cancelled
         jobs finished more than ``completed_retention`` ago, and discarded jobs more than
         ``discarded_retention`` ago (defaults: ``WorkerConfig``'s), in batches; with
-        them, nodes and rate-limit rows long silent. How many jobs were deleted (with
-        ``dry_run``: how many would be, nothing deleted). No state-change events, as
-        for the pruner."""
+        them, nodes and rate-limit rows long silent. A queue with a retention of its own
+        (``set_queue_retention``) keeps it, as with the pruner, unless a retention is
+        given here. How many jobs were deleted (with ``dry_run``: how many would be,
+        nothing deleted). No state-change events, as for the pruner."""
         defaults = WorkerConfig()
         params = JobPruneParams(
             _age(completed_retention, "completed_retention", defaults.completed_retention),
             _age(discarded_retention, "discarded_retention", defaults.discarded_retention),
             _batch(batch_size))
         storage = await self.storage()
+        explicit = completed_retention is not None or discarded_retention is not None
+        passes = [params] if explicit else plan_passes(params, await storage.queue_list())
         if dry_run:
-            return await storage.job_prune_count(params)
+            return sum([await storage.job_prune_count(one) for one in passes])
         total = 0
-        while True:
-            deleted = await storage.job_prune(params)
-            total += deleted
-            if deleted < params.limit:
-                return total
+        for one in passes:
+            while True:
+                deleted = await storage.job_prune(one)
+                total += deleted
+                if deleted < one.limit:
+                    break
+        return total
 
     async def rescue_now_async(self, *, dry_run: bool = False, limit: int = 10_000) -> list[Job]:
         """Rescue the jobs whose lease expired (or whose node stopped heartbeating past

@@ -234,7 +234,8 @@ class BaseStorage(ABC):
         return JobPurgeBatch(deleted, picked[-1] if len(picked) == params.limit else None)
 
     async def job_prune_count(self, params: JobPruneParams) -> int:
-        values = {"completed_age": params.completed_age, "discarded_age": params.discarded_age}
+        values = {"completed_age": params.completed_age, "discarded_age": params.discarded_age,
+                  "queue": params.queue, "exclude": json.dumps(list(params.exclude_queues))}
         return int((await self._read("job_prune_count", values))[0]["n"])
 
     async def job_rescue_candidates(self, params: JobRescueExpiredParams) -> list[Job]:

@@ -46,11 +46,15 @@ RETURNING id, task, queue, state, attempt;
 
 -- name: job_prune_count
 -- What job_prune would delete now, all batches together (`conveyor prune --dry-run`).
+-- The same filter as job_prune, queue and exclude included.
 SELECT count(*) AS n FROM conveyor_jobs
-WHERE (state IN ('completed', 'cancelled')
-       AND finished_at < now() - %(completed_age)s::float8 * interval '1 second')
-   OR (state = 'discarded'
-       AND finished_at < now() - %(discarded_age)s::float8 * interval '1 second');
+WHERE ((state IN ('completed', 'cancelled')
+        AND finished_at < now() - %(completed_age)s::float8 * interval '1 second')
+    OR (state = 'discarded'
+        AND finished_at < now() - %(discarded_age)s::float8 * interval '1 second'))
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(queue)s::text IS NOT NULL
+       OR queue <> ALL(ARRAY(SELECT jsonb_array_elements_text(%(exclude)s::jsonb))));
 
 -- name: job_rescue_candidates
 -- The jobs job_rescue_expired would rescue now (`conveyor rescue --dry-run`).

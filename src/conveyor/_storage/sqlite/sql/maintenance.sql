@@ -46,11 +46,14 @@ RETURNING id, task, queue, state, attempt;
 
 -- name: job_prune_count
 -- What job_prune would delete now, all batches together (`conveyor prune --dry-run`).
+-- The same filter as job_prune, queue and exclude included.
 SELECT count(*) AS n FROM conveyor_jobs
-WHERE (state IN ('completed', 'cancelled')
-       AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :completed_age)
-   OR (state = 'discarded'
-       AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :discarded_age);
+WHERE ((state IN ('completed', 'cancelled')
+        AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :completed_age)
+    OR (state = 'discarded'
+        AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :discarded_age))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:queue IS NOT NULL OR queue NOT IN (SELECT value FROM json_each(:exclude)));
 
 -- name: job_rescue_candidates
 -- The jobs job_rescue_expired would rescue now (`conveyor rescue --dry-run`).

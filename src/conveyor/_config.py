@@ -93,6 +93,11 @@ class WorkerConfig:
     metrics_retention: float = _field(
         7 * 86_400.0, "seconds per-minute metric rollups are kept; 0 turns them off")
     metrics_interval: float = _field(5.0, "seconds between metric flushes")
+    #: A job of a task this worker does not know goes back (no attempt used) until no
+    #: worker that knows it took it for this long; then it is discarded. 0: at once.
+    unknown_task_timeout: float = _field(
+        3600.0, "seconds a job of a task no worker knows keeps waiting for one that does "
+                "(rolling deploys) before it is discarded; 0 discards at once")
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -104,3 +109,5 @@ class WorkerConfig:
             raise ValueError("lease_ttl must be longer than heartbeat_interval (> 0)")
         if self.shutdown_timeout < 0:
             raise ValueError("shutdown_timeout must be >= 0")
+        if not 0 <= self.unknown_task_timeout < float("inf"):
+            raise ValueError("unknown_task_timeout must be a finite number of seconds >= 0")

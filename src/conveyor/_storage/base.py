@@ -39,6 +39,7 @@ from .control_types import (
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
 )
+from .cooldown_types import QueueCooldownClearParams, QueueCooldownRaiseParams, QueueCooldownRow
 from .job_types import (
     FailureGroup,
     JobBulkParams,
@@ -299,6 +300,19 @@ class BaseStorage(ABC):
     async def job_concurrency_holders(self, params: ConcurrencyHoldersParams) -> list[int]:
         return [r["id"] for r in await self._read("concurrency_holders", {"key": params.key})]
 
+    # -- queue cool-downs (Throttle(scope="queue")) ---------------------------------------
+
+    async def queue_cooldown_raise(self, params: QueueCooldownRaiseParams) -> QueueCooldownRow:
+        rows = await self._write("queue_cooldown_raise", {
+            "queue": params.queue, "seconds": float(params.seconds), "cap": float(params.cap)})
+        return _cooldown_row(rows[0])
+
+    async def queue_cooldown_list(self) -> list[QueueCooldownRow]:
+        return [_cooldown_row(r) for r in await self._read("queue_cooldown_list", {})]
+
+    async def queue_cooldown_clear(self, params: QueueCooldownClearParams) -> bool:
+        return bool(await self._write("queue_cooldown_clear", {"queue": params.queue}))
+
     # -- metrics -----------------------------------------------------------------------------
 
     async def metrics_series(self, params: MetricsSeriesParams) -> list[MetricPoint]:
@@ -316,6 +330,14 @@ class BaseStorage(ABC):
     async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]:
         rows = await self._read("metrics_depth_series", {"since": params.since})
         return [DepthPoint(float(r["bucket"]), r["queue"], r["state"], int(r["n"])) for r in rows]
+
+
+def _cooldown_row(r: Row) -> QueueCooldownRow:
+    until, raised = ts(r["cool_until"]), ts(r["raised_at"])
+    assert until is not None and raised is not None
+    return QueueCooldownRow(queue=r["queue"], cool_until=until, seconds=float(r["seconds"]),
+                            streak=int(r["streak"]), raised_at=raised,
+                            remaining=float(r["remaining"]))
 
 
 def changed_jobs(picked: Iterable[Row], done: set[int]) -> list[JobChanged]:

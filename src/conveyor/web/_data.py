@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from .._app import ScheduleInfo
+from .._errors import JobNotFoundError
 from .._job import ACTIVE_STATES, DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
 from .._storage import (
     DbHealth,
@@ -210,6 +211,9 @@ class JobDetail:
     #: Every recorded attempt, newest first: the failed ones from ``errors``, then the
     #: latest one when it did not fail (``ran_on``, ``run_time``).
     attempts: list[AttemptRun] = dataclasses.field(default_factory=list)
+    #: What holds a waiting job back (explain_job's reasons), e.g. "no live worker
+    #: knows task X"; empty for running and finished jobs.
+    why: list[str] = dataclasses.field(default_factory=list)
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -288,7 +292,18 @@ async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetai
         redact(job), timeline(job), can_retry=job.state in RETRYABLE_FROM,
         can_cancel=job.state in (*DISCARDABLE_FROM, JobState.RUNNING) and not job.cancel_requested,
         can_discard=job.state in DISCARDABLE_FROM, attempts=attempt_runs(job, hosts),
+        why=await _why_waiting(ops, job),
     )
+
+
+async def _why_waiting(ops: Operations, job: Job) -> list[str]:
+    """explain_job's reasons for a job that waits to start (not running, not final)."""
+    if job.state.is_final or job.state == JobState.RUNNING:
+        return []
+    try:
+        return (await ops.app.explain_job_async(job.id)).reasons
+    except JobNotFoundError:  # deleted between the two reads
+        return []
 
 
 async def failure_groups(ops: Operations, queue: str | None,

@@ -96,18 +96,19 @@ def new_app(db_url: str) -> Iterator[Conveyor]:
 def live(app: Conveyor, procs: Procs, *started: subprocess.Popen[bytes],
          wait_for: WaitFor) -> dict[int, str]:
     """Wait until every given process is a live node; returns {pid: node id}."""
-    def registered() -> dict[int, str] | None:
+    def registered() -> dict[int, str]:
         dead = [p for p in started if p.poll() is not None]
         assert not dead, f"a worker exited early:\n{procs.output()}"
         nodes = {n.pid: n.id for n in app.list_nodes() if n.alive}
-        return nodes if all(p.pid in nodes for p in started) else None
+        return nodes if all(p.pid in nodes for p in started) else {}
 
     return wait_for(registered, timeout=30, interval=0.05, message="the workers to register")
 
 
-def state_of(app: Conveyor, job: Job) -> Callable[[], Job | None]:
-    def check() -> Job | None:
-        return app.get_job(job.id)
+def completed(app: Conveyor, job: Job) -> Callable[[], bool]:
+    def check() -> bool:
+        j = app.get_job(job.id)
+        return j is not None and j.state == JobState.COMPLETED
     return check
 
 
@@ -128,6 +129,7 @@ def test_a_rolling_deploy_old_workers_give_new_tasks_back_and_new_workers_run_th
         return j if j is not None and j.errors and j.state != JobState.RUNNING else None
 
     waiting = wait_for(met, timeout=20, message="the old worker to give the job back")
+    assert waiting is not None
     assert waiting.attempt == 0 and waiting.state in (JobState.SCHEDULED, JobState.AVAILABLE)
     assert waiting.errors[0]["unknown_task"] == "fid_new" and waiting.errors[0]["pid"] == old.pid
 
@@ -219,8 +221,7 @@ def test_sigterm_reaches_running_handlers_at_once_and_they_give_themselves_back(
 
     later = procs.start("new_app", "-q", "long:4")
     for job in jobs:
-        wait_for(lambda job=job: (j := new_app.get_job(job.id)) is not None
-                 and j.state == JobState.COMPLETED, timeout=30,
+        wait_for(completed(new_app, job), timeout=30,
                  message=f"the later worker to finish job {job.id}\n{procs.output()}")
         assert new_app.get_job(job.id).result == later.pid  # type: ignore[union-attr]
     print(f"\nshutdown: handlers saw SIGTERM after {[round(s, 3) for s in seen]}s; the worker "
@@ -234,7 +235,7 @@ def _cooldowns(app: Conveyor) -> list[Any]:
     async def read() -> list[Any]:
         return await (await app.storage()).queue_cooldown_list()
 
-    return app._sync(read())  # type: ignore[attr-defined, no-any-return]
+    return app._sync(read())
 
 
 def test_a_queue_throttle_on_one_node_stops_every_node_claiming_until_it_ends(
@@ -259,8 +260,7 @@ def test_a_queue_throttle_on_one_node_stops_every_node_claiming_until_it_ends(
     assert time.time() < until.timestamp() - 1, "the test was too slow for the cool-down"
     jobs = new_app.enqueue_many([hit.job(str(tmp_path / "absent")) for _ in range(10)])
     for job in [*jobs, throttled]:
-        wait_for(lambda job=job: (j := new_app.get_job(job.id)) is not None
-                 and j.state == JobState.COMPLETED, timeout=30,
+        wait_for(completed(new_app, job), timeout=30,
                  message=f"job {job.id} to run after the cool-down\n{procs.output()}")
     started = {}
     for job in jobs:

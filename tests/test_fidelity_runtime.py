@@ -138,6 +138,15 @@ def test_a_job_that_waited_for_its_task_runs_on_a_worker_that_knows_it(app: Conv
 
 
 def test_unknown_task_timeout_is_checked_and_has_help() -> None:
+    from click.testing import CliRunner
+
+    from conveyor.cli import cli
+
+    shown = CliRunner().invoke(cli, ["worker", "--help"], terminal_width=200)
+    assert shown.exit_code == 0
+    assert "--unknown-task-timeout" in shown.output and "rolling deploys" in shown.output
+    bad = CliRunner().invoke(cli, ["worker", "--unknown-task-timeout", "-1", "x:app"])
+    assert bad.exit_code == 2 and "unknown-task-timeout" in bad.output
     with pytest.raises(ValueError, match="unknown_task_timeout"):
         WorkerConfig(unknown_task_timeout=-1)
     with pytest.raises(ValueError, match="unknown_task_timeout"):
@@ -478,5 +487,29 @@ def test_a_queue_throttle_is_stored_and_holds_every_worker_on_the_database(
                     await stop_worker(w, t)
         await app.close_async()
         await peer_app.close_async()
+
+    asyncio.run(main())
+
+
+def test_a_queue_throttle_with_the_database_away_still_holds_this_worker(
+        app: Conveyor, caplog: pytest.LogCaptureFixture) -> None:
+    """The cool-down cannot be stored (the storage is closed: DatabaseUnavailableError):
+    the worker that raised it still holds its own producer, logs why, and goes on."""
+    from conveyor._runtime.cooldown import Cooldowns
+    from conveyor._runtime.producer import Producer
+
+    async def main() -> None:
+        storage = await app.storage()
+        producer = Producer(storage, "api", 1, "node-x", 30.0, 10, lambda job, p: None)
+        cooldowns = Cooldowns(storage, {"api": producer}, 1.0)
+        await app.close_async()
+        loop = asyncio.get_running_loop()
+        cooldowns.raised("api", 30.0)
+        assert producer._hold_until - loop.time() > 29
+        await cooldowns.stop()  # waits for the failed write: logged, not raised
+        assert "could not store the cool-down of queue 'api'" in caplog.text
+        assert producer._hold_until - loop.time() > 28
+        with pytest.raises(Exception, match="not open"):
+            await cooldowns.run_once()  # the service loop logs it and retries later
 
     asyncio.run(main())

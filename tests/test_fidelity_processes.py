@@ -240,7 +240,7 @@ def _cooldowns(app: Conveyor) -> list[Any]:
 
 def test_a_queue_throttle_on_one_node_stops_every_node_claiming_until_it_ends(
         new_app: Conveyor, procs: Procs, wait_for: WaitFor, tmp_path: Path) -> None:
-    """Two workers serve queue ``api``. A handler raises Throttle(retry_after=5,
+    """Two workers serve queue ``api``. A handler raises Throttle(retry_after=8,
     scope="queue") on one of them; once both have read the stored cool-down, ten jobs are
     enqueued: none starts (on either node) before the cool-down ends, then all run."""
     workers = [procs.start("new_app", "-q", "api:2", "--settings-interval", "0.2")

@@ -18,7 +18,7 @@ from conveyor import Conveyor, Snooze, Throttle, current_job
 #: How long a handler waits for the shutdown before it gives up (the test fails then).
 SHUTDOWN_WAIT = 60.0
 #: retry_after of the handler that throttles its queue.
-THROTTLE_SECONDS = 5.0
+THROTTLE_SECONDS = 8.0
 
 
 def note(event: str, key: object = "-") -> None:

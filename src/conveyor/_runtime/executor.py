@@ -274,10 +274,11 @@ class Executor:
     def _after_stop(self, ex: Execution, result: Any) -> JobAck | None:
         """The handler returned after a cancel or the shutdown was asked for: its result
         stands (a late cancel never overwrites a success), unless it read
-        ``current_job().cancelled`` and returned in answer to the cancel. A lost lease
-        drops the outcome (the fence would refuse it anyway)."""
+        ``current_job().cancelled`` and returned in answer to the stop (then the job is
+        cancelled, or given back at shutdown). A lost lease drops the outcome (the fence
+        would refuse it anyway)."""
         encoded = _payload.encode_result(result, self._registry.config.max_result_bytes)
-        if ex.stop_reason == "lost" or (ex.stop_reason == "cancel" and ex.ctx._cancel.seen()):
+        if ex.stop_reason == "lost" or ex.ctx._cancel.seen():
             return self._stopped(ex, encoded)
         log.info("job returned after a %s was requested; its success stands", ex.stop_reason,
                  extra=ex.log_extra())

@@ -101,6 +101,10 @@ WHOLE_READS: dict[str, Whole] = {
     "queue_list": whole(
         "lists every queue's settings (one row per configured queue)",
         sqlite={"sqlite_autoindex_conveyor_queues_1"}, postgres={"conveyor_queues_pkey"}),
+    "queue_cooldown_list": whole(
+        "every queue's cool-down (one row per queue ever throttled), read by each worker",
+        sqlite={"sqlite_autoindex_conveyor_queue_cooldowns_1"},
+        postgres={"conveyor_queue_cooldowns_pkey"}),
     "schedule_list": whole(
         "lists every schedule (one row per declared schedule)",
         sqlite={"sqlite_autoindex_conveyor_schedules_1"}, postgres={"conveyor_schedules_pkey"}),

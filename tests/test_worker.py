@@ -146,6 +146,8 @@ def test_timeout_fails_the_attempt(app: Conveyor) -> None:
 
 
 def test_unknown_task_and_unfit_args_are_discarded_and_the_worker_goes_on(app: Conveyor) -> None:
+    """With ``unknown_task_timeout=0`` a job of an unknown task is discarded at once (the
+    default lets it wait for a worker that knows it: tests/test_fidelity_runtime.py)."""
     @app.task
     async def greet(name: str) -> str:
         return f"hello {name}"
@@ -159,7 +161,8 @@ def test_unknown_task_and_unfit_args_are_discarded_and_the_worker_goes_on(app: C
             dataclasses.replace(base, kwargs_json='{"nom": "x"}'),
             dataclasses.replace(base, args_json='["ada"]'),
         ]))
-        await run_worker_until(app, all_final(app))
+        await run_worker_until(app, all_final(app),
+                               dataclasses.replace(FAST, unknown_task_timeout=0))
         g, u, ok = [await app.get_job_async(j.id) for j in (ghost, unfit, good)]
         assert g is not None and g.state == JobState.DISCARDED and g.attempt == 1
         assert "unknown task 'no_such_task'" in g.errors[0]["error"]

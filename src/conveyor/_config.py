@@ -191,6 +191,11 @@ class WorkerConfig:
         default_factory=labels_from_env,
         metadata={"help": "labels of this worker (KEY=VALUE), shown with its node"},
     )
+    #: A job of a task this worker does not know goes back (no attempt used) until no
+    #: worker that knows it took it for this long; then it is discarded. 0: at once.
+    unknown_task_timeout: float = _field(
+        3600.0, "seconds a job of a task no worker knows keeps waiting for one that does "
+                "(rolling deploys) before it is discarded; 0 discards at once")
 
     def __post_init__(self) -> None:
         if not self.queues:
@@ -203,3 +208,5 @@ class WorkerConfig:
         if self.shutdown_timeout < 0:
             raise ValueError("shutdown_timeout must be >= 0")
         check_labels(self.labels)
+        if not 0 <= self.unknown_task_timeout < float("inf"):
+            raise ValueError("unknown_task_timeout must be a finite number of seconds >= 0")

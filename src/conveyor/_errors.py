@@ -82,13 +82,28 @@ class Discard(_JobSignal):
 
 class Throttle(_JobSignal):
     """Say the upstream throttled this job: it runs again after ``retry_after`` seconds
-    without using an attempt, and this worker's fetch from the queue backs off as long.
+    without using an attempt, and fetching from its queue backs off as long.
 
-    Example: ``raise Throttle(retry_after=30)``
+    ``scope="node"`` (the default): only this worker's fetch from the queue backs off.
+    ``scope="queue"``: the whole queue cools down on every worker of the cluster (the
+    cool-down is stored in the database); raised again soon after a cool-down ended,
+    the next one is twice as long, up to ``THROTTLE_COOLDOWN_CAP`` seconds (or
+    ``retry_after`` if that is longer). See docs/flow-control.md.
+
+    Example: ``raise Throttle(retry_after=30, scope="queue")``
     """
 
-    def __init__(self, retry_after: float = 1.0) -> None:
+    def __init__(self, retry_after: float = 1.0, scope: str = "node") -> None:
         if not isinstance(retry_after, int | float) or not 0 <= retry_after < math.inf:
             raise TypeError("Throttle(retry_after) needs a finite number of seconds >= 0")
-        super().__init__(f"throttled for {retry_after}s")
+        if scope not in THROTTLE_SCOPES:
+            raise ValueError(f"Throttle(scope=) must be one of {THROTTLE_SCOPES}, got {scope!r}")
+        super().__init__(f"throttled for {retry_after}s ({scope})")
         self.retry_after = float(retry_after)
+        self.scope = scope
+
+
+#: Where a Throttle applies: this worker's fetch only, or the queue on every worker.
+THROTTLE_SCOPES = ("node", "queue")
+#: Longest a queue's cool-down grows to by repeated Throttle(scope="queue") (seconds).
+THROTTLE_COOLDOWN_CAP = 600.0

@@ -109,6 +109,33 @@ async def _limits(task: Task[Any, Any] | None, job: Job, queue: QueueRow | None,
     return out
 
 
+def _unknown_task(job: Job, now: datetime) -> list[str]:
+    """A job a worker met without knowing its task waits for one that does (rolling
+    deploys); its latest error entry says since when, and when it will be discarded."""
+    last = job.errors[-1] if job.errors else {}
+    if last.get("unknown_task") != job.task:
+        return []
+    try:
+        first = datetime.fromisoformat(str(last["first_met"]))
+        deadline = datetime.fromisoformat(str(last["discard_at"]))
+    except (KeyError, ValueError):
+        return []
+    return [f"a worker that does not know task {job.task!r} met it at "
+            f"{_in(now, first)} ({last.get('host', '?')}, pid {last.get('pid', '?')}); it "
+            f"waits for a worker that knows the task and is discarded at {_in(now, deadline)} "
+            "if none takes it (unknown_task_timeout)"]
+
+
+async def _cooldown(job: Job, storage: Storage, now: datetime) -> list[str]:
+    """A queue cooled down by Throttle(scope="queue") is claimed by no worker."""
+    for row in await storage.queue_cooldown_list():
+        if row.queue == job.queue and row.active:
+            return [f"queue {job.queue!r} is cooling down after a Throttle(scope=\"queue\") "
+                    f"until {_in(now, row.cool_until)} (cool-down {row.seconds:g}s, "
+                    f"streak {row.streak}); no worker claims from it until then"]
+    return []
+
+
 async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id: int) -> Explanation:
     """Read what concerns the job (its row, its queue, the live nodes, its limits)."""
     job = await storage.job_get(JobGetParams(job_id))
@@ -136,7 +163,10 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
     if not serving:
         reasons.append(f"no live worker serves queue {job.queue!r}")
     elif not any(job.task in n.tasks for n in serving):
-        reasons.append(f"no live worker serving queue {job.queue!r} knows task {job.task!r}")
+        reasons.append(f"no live worker knows task {job.task!r} (none of the "
+                       f"{len(serving)} serving queue {job.queue!r} has it registered)")
+    reasons += _unknown_task(job, now)
+    reasons += await _cooldown(job, storage, now)
     reasons += await _limits(tasks.get(job.task), job, queue, storage, now)
     if job.state == JobState.AVAILABLE and not reasons:
         ahead = await storage.job_count_ahead(JobCountAheadParams(job.id))

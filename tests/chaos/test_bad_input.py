@@ -98,7 +98,9 @@ def test_bad_input(db_url: str, chaos_dir: Path, started: float,
                               ("huge", "deep", "nul", "surrogate", "unprintable")])
     results = enqueue(db_url, [chaos.bad_result.job(k) for k in ("huge", "nul", "surrogate")])
     with Cluster(db_url, chaos_dir) as cluster, Observer(db_url) as observer:
-        worker = cluster.start("-c", "4", lease_ttl=3.0)
+        # A task no worker knows waits for one that does (rolling deploys), up to
+        # --unknown-task-timeout; a short one here, so the row still ends discarded.
+        worker = cluster.start("-c", "4", "--unknown-task-timeout", "2", lease_ttl=3.0)
         cluster.wait(lambda: all_final(db_url), 60, "every bad job to end")
         after = enqueue(db_url, [chaos.work.job(0.01) for _ in range(20)])
         cluster.wait(lambda: all_final(db_url), 30, "normal jobs after the bad ones")

@@ -7,6 +7,7 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
+import json
 import logging
 import os
 import random
@@ -30,6 +31,10 @@ log = logging.getLogger("conveyor.job")
 MAX_DELAY = _payload.MAX_DELAY_SECONDS
 
 StopReason = Literal["cancel", "shutdown", "lost"]
+#: A job of a task this worker does not know goes back after at least this long ...
+UNKNOWN_TASK_MIN_DELAY = 1.0
+#: ... growing with the time it has waited, up to this (seconds).
+UNKNOWN_TASK_MAX_DELAY = 60.0
 
 
 class TaskTimedOut(Exception):
@@ -50,8 +55,13 @@ class Execution:
     task: asyncio.Task[JobAck | None] | None = None
     stop_reason: StopReason | None = None
     handler_is_async: bool = True
-    #: Seconds the handler asked its queue to back off (``raise Throttle``).
+    #: Seconds the handler asked its queue to back off (``raise Throttle``), and where:
+    #: "node" (this worker's fetch) or "queue" (every worker, through the database).
     throttle: float | None = None
+    throttle_scope: str = "node"
+    #: The handler returned (with ``result``), even if a stop came in after that.
+    returned: bool = False
+    result: Any = None
     started: float = dataclasses.field(default_factory=time.monotonic)
     #: Seconds the attempt ran, once it is over.
     run_time: float | None = None
@@ -83,8 +93,11 @@ def _cancelled_from_outside() -> bool:
 class Executor:
     """Runs handlers: async ones on the loop, sync ones in a bounded thread pool."""
 
-    def __init__(self, registry: Registry, threads: int, node: str | None = None) -> None:
+    def __init__(self, registry: Registry, threads: int, node: str | None = None, *,
+                 unknown_task_timeout: float = 3600.0) -> None:
         self._registry = registry
+        #: How long a job of a task no worker knows keeps waiting (rolling deploys).
+        self._unknown_task_timeout = unknown_task_timeout
         #: Who ran an attempt, in each error entry: this worker's node, host and process.
         self._runner: dict[str, Any] = {"node": node, "host": socket.gethostname(),
                                         "pid": os.getpid()}
@@ -203,9 +216,7 @@ class Executor:
         job = ex.job
         task = self._registry.tasks.get(job.task)
         if task is None:
-            msg = f"unknown task {job.task!r}: no task of that name is registered in this worker"
-            log.error(msg, extra=ex.log_extra())
-            return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, msg))
+            return self._unknown_task(ex)
         if not isinstance(job.args, list) or not isinstance(job.kwargs, dict):
             msg = "job args must be a JSON array and kwargs a JSON object"
             return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, msg))
@@ -229,14 +240,14 @@ class Executor:
         cfg = self._registry.config
         try:
             if self._registry.hooks.middleware:
-                result = await self._registry.hooks.run(ex.ctx, lambda: self._call(ex, task))
+                result = await self._registry.hooks.run(ex.ctx, lambda: self._call_noted(ex, task))
             else:  # no middleware: skip a coroutine and a closure per job
                 result = await self._call(ex, task)
         except Snooze as s:
             state = JobState.SCHEDULED if s.seconds > 0 else JobState.AVAILABLE
             return self._ack(ex, state, delay=min(s.seconds, MAX_DELAY), attempt_delta=-1)
         except Throttle as t:
-            ex.throttle = min(t.retry_after, MAX_DELAY)
+            ex.throttle, ex.throttle_scope = min(t.retry_after, MAX_DELAY), t.scope
             state = JobState.SCHEDULED if t.retry_after > 0 else JobState.AVAILABLE
             return self._ack(ex, state, delay=ex.throttle, attempt_delta=-1)
         except Cancel as c:
@@ -244,8 +255,8 @@ class Executor:
         except Discard as d:
             return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, f"discarded: {d.reason}"))
         except asyncio.CancelledError as exc:
-            if ex.stop_reason is not None:
-                return self._stopped(ex)
+            if ex.stop_reason is not None:  # a middleware may still run after the handler
+                return self._after_stop(ex, ex.result) if ex.returned else self._stopped(ex)
             if _cancelled_from_outside():
                 raise
             return self._raised(ex, task, exc)  # the handler's own CancelledError
@@ -262,7 +273,7 @@ class Executor:
             return self._raised(ex, task, exc)
         if ex.stop_reason is not None:
             # A sync handler returned after being asked to stop.
-            return self._stopped(ex, _payload.encode_result(result, cfg.max_result_bytes))
+            return self._after_stop(ex, result)
         return self._ack(
             ex, JobState.COMPLETED, result_json=_payload.encode_result(result, cfg.max_result_bytes)
         )
@@ -295,3 +306,73 @@ class Executor:
         return self._ack(
             ex, JobState.CANCELLED, result_json=result_json, error_json=self._error(ex, msg)
         )
+
+    # -- a handler that returns after a stop (late cancel) --------------------------------
+
+    async def _call_noted(self, ex: Execution, task: Task[Any, Any]) -> Any:
+        """``_call`` under middleware: note the handler's return, so a stop that lands
+        in a middleware after it cannot undo the success."""
+        ex.result = await self._call(ex, task)
+        ex.returned = True
+        return ex.result
+
+    def _after_stop(self, ex: Execution, result: Any) -> JobAck | None:
+        """The handler returned after a cancel or the shutdown was asked for: its result
+        stands (a late cancel never overwrites a success), unless it read
+        ``current_job().cancelled`` and returned in answer to the stop (then the job is
+        cancelled, or given back at shutdown). A lost lease drops the outcome (the fence
+        would refuse it anyway)."""
+        encoded = _payload.encode_result(result, self._registry.config.max_result_bytes)
+        if ex.stop_reason == "lost" or ex.ctx._cancel.seen():
+            return self._stopped(ex, encoded)
+        log.info("job returned after a %s was requested; its success stands", ex.stop_reason,
+                 extra=ex.log_extra())
+        return self._ack(ex, JobState.COMPLETED, result_json=encoded)
+
+    # -- a task this worker does not know (rolling deploys) ------------------------------
+
+    def _unknown_task(self, ex: Execution) -> JobAck:
+        """No task of this name here. During a rolling deploy a newer worker knows it, so
+        the job goes back with a growing delay and its attempt given back; only when no
+        worker took it for ``unknown_task_timeout`` since the first worker met it is it
+        discarded. The first meeting is recorded in ``errors`` (explain_job reads it)."""
+        job, limit = ex.job, self._unknown_task_timeout
+        now = time.time()
+        first = _unknown_since(job)
+        waited = 0.0 if first is None else max(now - first, 0.0)
+        if waited >= limit:
+            msg = (f"unknown task {job.task!r}: no task of that name is registered in this "
+                   f"worker, and no worker that knows it took the job within {limit:g}s "
+                   "(unknown_task_timeout)")
+            log.error(msg, extra=ex.log_extra())
+            return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, msg))
+        delay = min(UNKNOWN_TASK_MAX_DELAY, max(UNKNOWN_TASK_MIN_DELAY, waited / 4))
+        delay = min(delay * random.uniform(0.8, 1.2), limit - waited)
+        log.warning("unknown task %r: the job waits %.1fs for a worker that knows it",
+                    job.task, delay, extra=ex.log_extra())
+        error = None
+        if first is None:  # the first meeting: recorded once, with the discard deadline
+            msg = (f"unknown task {job.task!r}: no task of that name is registered in this "
+                   "worker; the job waits for a worker that knows it (a rolling deploy?)")
+            entry = json.loads(self._error(ex, msg))
+            entry.update(unknown_task=job.task, first_met=_iso(now),
+                         discard_at=_iso(now + limit))
+            error = _payload.storable(_payload.dumps(entry))
+        return self._ack(ex, JobState.SCHEDULED, delay=max(delay, 0.0), attempt_delta=-1,
+                         error_json=error)
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+def _unknown_since(job: Job) -> float | None:
+    """When a worker that did not know the job's task first met it, if the job has been
+    waiting for one that does since (its latest error entry says so)."""
+    last = job.errors[-1] if job.errors else None
+    if not isinstance(last, dict) or last.get("unknown_task") != job.task:
+        return None
+    try:
+        return datetime.fromisoformat(str(last["first_met"])).timestamp()
+    except (KeyError, ValueError):
+        return None

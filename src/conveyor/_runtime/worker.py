@@ -17,13 +17,14 @@ import uuid
 from collections.abc import Callable
 
 from .._config import WorkerConfig
-from .._context import JobContext
+from .._context import JobContext, ShutdownSignal
 from .._job import Job, JobState
 from .._observed import ObservedStorage
 from .._registry import Registry
 from .._storage import JobAck, Storage
 from .acker import Acker
 from .admission import Admission
+from .cooldown import Cooldowns
 from .cron import CronScheduler
 from .executor import Execution, Executor
 from .heartbeat import Heartbeat
@@ -52,10 +53,12 @@ class Worker:
         self._storage = storage = observed.with_source(
             "worker", node=self.node_id, attempts=self._executions.get)
         self._stopping = asyncio.Event()
+        #: Set when draining starts; every running handler sees it on current_job().
+        self.shutdown_signal = ShutdownSignal()
         self._services_stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.executor = Executor(registry, config.sync_threads or min(sum(config.queues.values()), 256),
-                                 self.node_id)
+                                 self.node_id, unknown_task_timeout=config.unknown_task_timeout)
         self.acker = Acker(storage, self._on_flushed, self.node_id)
         self.admission = Admission(registry.tasks, storage, self._push)
         self.producers = {
@@ -80,6 +83,7 @@ class Worker:
                                    labels=config.labels, version=registry.config.version)
         self.settings = QueueSettings(storage, self.node_id, self.producers,
                                       config.settings_interval, self.executor.queue_backoffs)
+        self.cooldowns = Cooldowns(storage, self.producers, config.settings_interval)
         self.leader = LeaderElector(storage, self.node_id, config.leader_ttl)
         self.cron = CronScheduler(registry, observed.with_source("cron"), self.leader,
                                   config.cron_interval)
@@ -90,13 +94,13 @@ class Worker:
                              config.completed_retention, config.discarded_retention)
         self.metrics = Metrics(storage, self.leader, config.metrics_interval,
                                config.metrics_retention, self.acker.drain)
-        return [self.heartbeat, self.settings, self.leader, self.cron, self.rescuer,
-                self.stager, self.pruner, self.metrics]
+        return [self.heartbeat, self.settings, self.cooldowns, self.leader, self.cron,
+                self.rescuer, self.stager, self.pruner, self.metrics]
 
     # -- executions ----------------------------------------------------------------------
 
     def _start(self, job: Job, producer: Producer) -> None:
-        ex = Execution(job, JobContext(job))
+        ex = Execution(job, JobContext(job, _shutdown=self.shutdown_signal))
         self._executions[job.id] = ex
         ex.task = asyncio.create_task(self._run_execution(ex, producer))
 
@@ -109,7 +113,10 @@ class Worker:
         finally:
             producer.finished()
         if ex.throttle is not None:
-            producer.hold(ex.throttle)
+            if ex.throttle_scope == "queue":
+                self.cooldowns.raised(producer.queue, ex.throttle)
+            else:
+                producer.hold(ex.throttle)
         if ack is None:
             self._executions.pop(ex.job.id, None)
         else:
@@ -143,6 +150,7 @@ class Worker:
             log.info("stopping: no new jobs; waiting up to %ss for running ones",
                      self.config.shutdown_timeout)
             self._stopping.set()
+            self.shutdown_signal.set()  # handlers see it now, not at shutdown_timeout
             for producer in self.producers.values():
                 producer.wake()
 

@@ -37,6 +37,7 @@ from .control_types import (
     ScheduleUpsertParams,
     gcra,
 )
+from .cooldown_types import QueueCooldownClearParams, QueueCooldownRaiseParams, QueueCooldownRow
 from .job_types import (
     FailureGroup,
     JobAck,
@@ -184,6 +185,9 @@ __all__ = [
     "NodeListParams",
     "NodeRow",
     "NodeUpsertParams",
+    "QueueCooldownClearParams",
+    "QueueCooldownRaiseParams",
+    "QueueCooldownRow",
     "QueueRow",
     "QueueUpdateParams",
     "RateGrant",

@@ -41,6 +41,7 @@ from .control_types import (
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
 )
+from .cooldown_types import QueueCooldownClearParams, QueueCooldownRaiseParams, QueueCooldownRow
 from .job_types import (
     FailureGroup,
     JobBulkParams,
@@ -349,6 +350,19 @@ class BaseStorage(ABC):
     async def job_concurrency_holders(self, params: ConcurrencyHoldersParams) -> list[int]:
         return [r["id"] for r in await self._read("concurrency_holders", {"key": params.key})]
 
+    # -- queue cool-downs (Throttle(scope="queue")) ---------------------------------------
+
+    async def queue_cooldown_raise(self, params: QueueCooldownRaiseParams) -> QueueCooldownRow:
+        rows = await self._write("queue_cooldown_raise", {
+            "queue": params.queue, "seconds": float(params.seconds), "cap": float(params.cap)})
+        return _cooldown_row(rows[0])
+
+    async def queue_cooldown_list(self) -> list[QueueCooldownRow]:
+        return [_cooldown_row(r) for r in await self._read("queue_cooldown_list", {})]
+
+    async def queue_cooldown_clear(self, params: QueueCooldownClearParams) -> bool:
+        return bool(await self._write("queue_cooldown_clear", {"queue": params.queue}))
+
     # -- metrics -----------------------------------------------------------------------------
 
     async def metrics_series(self, params: MetricsSeriesParams) -> list[MetricPoint]:
@@ -406,6 +420,14 @@ class BaseStorage(ABC):
                 staged.append(StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
         self._woke(j.queue for j in staged)
         return staged
+
+
+def _cooldown_row(r: Row) -> QueueCooldownRow:
+    until, raised = ts(r["cool_until"]), ts(r["raised_at"])
+    assert until is not None and raised is not None
+    return QueueCooldownRow(queue=r["queue"], cool_until=until, seconds=float(r["seconds"]),
+                            streak=int(r["streak"]), raised_at=raised,
+                            remaining=float(r["remaining"]))
 
 
 def changed_jobs(picked: Iterable[Row], done: set[int]) -> list[JobChanged]:

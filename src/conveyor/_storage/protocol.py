@@ -37,6 +37,7 @@ from .control_types import (
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
 )
+from .cooldown_types import QueueCooldownClearParams, QueueCooldownRaiseParams, QueueCooldownRow
 from .job_types import (
     FailureGroup,
     JobAckManyParams,
@@ -183,6 +184,15 @@ class Storage(Protocol):
         """Grant concurrency slots to running jobs, never more than each key's limit."""
 
     async def job_concurrency_holders(self, params: ConcurrencyHoldersParams) -> list[int]: ...
+
+    async def queue_cooldown_raise(self, params: QueueCooldownRaiseParams) -> QueueCooldownRow:
+        """Start or grow the queue's cluster-wide cool-down; returns it as it now is."""
+
+    async def queue_cooldown_list(self) -> list[QueueCooldownRow]:
+        """Every queue's cool-down (ended ones too), with what remains of it now."""
+
+    async def queue_cooldown_clear(self, params: QueueCooldownClearParams) -> bool:
+        """End the queue's cool-down at once; False if it had none."""
 
     async def job_count_ahead(self, params: JobCountAheadParams) -> int: ...
 

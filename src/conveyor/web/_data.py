@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from .._app import ScheduleInfo
+from .._errors import JobNotFoundError
 from .._job import ACTIVE_STATES, DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
 from .._payload_crypt import sealed_key
 from .._storage import (
@@ -228,6 +229,9 @@ class JobDetail:
     attempts: list[AttemptRun] = dataclasses.field(default_factory=list)
     #: The key fingerprint of arguments sealed at rest (``encrypt=True``), else None.
     sealed: str | None = None
+    #: What holds a waiting job back (explain_job's reasons), e.g. "no live worker
+    #: knows task X"; empty for running and finished jobs.
+    why: list[str] = dataclasses.field(default_factory=list)
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -308,7 +312,18 @@ async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetai
         can_discard=job.state in DISCARDABLE_FROM, attempts=attempt_runs(job, hosts),
         sealed=sealed_key(job.args, job.kwargs),
         can_delete=job.state is not JobState.RUNNING,
+        why=await _why_waiting(ops, job),
     )
+
+
+async def _why_waiting(ops: Operations, job: Job) -> list[str]:
+    """explain_job's reasons for a job that waits to start (not running, not final)."""
+    if job.state.is_final or job.state == JobState.RUNNING:
+        return []
+    try:
+        return (await ops.app.explain_job_async(job.id)).reasons
+    except JobNotFoundError:  # deleted between the two reads
+        return []
 
 
 async def failure_groups(ops: Operations, queue: str | None,

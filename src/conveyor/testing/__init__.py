@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,8 +77,10 @@ def _matching(app: Conveyor, jobs: list[Job], args: Sequence[Any] | None,
               kwargs: Mapping[str, Any] | None, priority: int | None) -> list[Job]:
     # Encoded as enqueue stores them, so a UUID, Decimal or dataclass given here
     # matches its tagged JSON (compared raw, it never would: refute_enqueued would pass).
-    want_args = None if args is None else app.codec.encode(list(args))
-    want_kwargs = None if kwargs is None else app.codec.encode(dict(kwargs))
+    # Through JSON too: dict keys become text, as in the row.
+    want_args = None if args is None else json.loads(json.dumps(app.codec.encode(list(args))))
+    want_kwargs = (None if kwargs is None
+                   else json.loads(json.dumps(app.codec.encode(dict(kwargs)))))
     return [j for j in jobs
             if (want_args is None or j.args == want_args)
             and (want_kwargs is None or j.kwargs == want_kwargs)

@@ -59,6 +59,20 @@ def fresh_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
+# -- all three: what users copy type-checks ------------------------------------------------------
+
+
+def test_the_examples_pass_mypy_strict(tmp_path: Path) -> None:
+    """examples/ is outside mypy's files in pyproject.toml; checked here (the testing
+    example from its own folder, where its ``shop`` package is found)."""
+    runs = [(EXAMPLES, ["sqlalchemy/shop.py", "observability/app.py"], 2),
+            (EXAMPLES / "testing", ["shop", "tests"], 4)]
+    for cwd, paths, count in runs:
+        done = run(["-m", "mypy", "--strict", "--cache-dir", str(tmp_path / cwd.name), *paths], cwd)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"Success: no issues found in {count} source files" in done.stdout
+
+
 # -- examples/testing: a project tested with the pytest plugin ----------------------------------
 
 

@@ -122,6 +122,15 @@ def test_the_sqlalchemy_example_commits_orders_with_their_jobs(fresh_database: s
         app.close()
 
 
+def test_the_sqlalchemy_example_on_a_missing_database_fails_clearly(
+        postgres_admin_url: str, tmp_path: Path) -> None:
+    missing = _pg.with_database(postgres_admin_url, f"conveyor_missing_{secrets.token_hex(4)}")
+    done = run([str(EXAMPLES / "sqlalchemy" / "shop.py")], tmp_path, CONVEYOR_URL=missing)
+    assert done.returncode == 1 and done.stdout == ""
+    assert "DatabaseUnavailableError: cannot use PostgreSQL at" in done.stderr
+    assert "does not exist" in done.stderr
+
+
 # -- examples/observability: Sentry events and the host's /metrics -------------------------------
 
 class Capture(Transport):
@@ -180,6 +189,7 @@ def test_the_observability_example_reports_failures_and_serves_metrics(
         good = client.post("/feeds", json={"url": "https://feeds.example/ok"})
         assert (broken.status_code, good.status_code) == (202, 202)
         assert client.post("/feeds", json={"url": 3}).status_code == 422  # nothing stored
+        assert client.post("/feeds", content=b"{not json").status_code == 422
         wait_for(lambda: [s for s in example.queue.list_schedules()  # declared by the worker
                           if s.row.name == "refresh_exchange_rates" and s.row.cron == "*/15 * * * *"],
                  message="the periodic schedule declared")
@@ -196,7 +206,12 @@ def test_the_observability_example_reports_failures_and_serves_metrics(
 
         text = wait_for(scraped, timeout=30, message="the three jobs counted in /metrics")
 
-    assert sample(text, "shop_http_requests_total", path="/feeds") == 3.0  # the host's own
+    assert sample(text, "shop_http_requests_total", path="/feeds") == 4.0  # the host's own
+    queue = cast(Conveyor, example.queue)
+    try:
+        assert sum(queue.count_jobs().values()) == 3  # two feeds, one periodic: none for bad input
+    finally:
+        queue.close()
     assert sample(text, "conveyor_jobs_finished_total", outcome="retried", queue="imports",
                   task="import_feed") == 2.0
     assert sample(text, "conveyor_database_up") == 1.0

@@ -57,7 +57,10 @@ registry.register(ConveyorCollector(queue))
 
 async def add_feed(request: Request) -> JSONResponse:
     REQUESTS.labels("/feeds").inc()
-    body = await request.json()
+    try:
+        body = await request.json()
+    except ValueError:  # not JSON
+        body = None
     url = body.get("url") if isinstance(body, dict) else None
     if not isinstance(url, str):
         return JSONResponse({"detail": "url must be a string"}, status_code=422)

@@ -39,6 +39,10 @@ class GatewayDown(Exception):
     """The payment provider did not answer: worth retrying."""
 
 
+class CardDeclined(Exception):
+    """The bank said no: retrying cannot help."""
+
+
 class Gateway:
     """Stands in for the payment provider's client."""
 
@@ -52,7 +56,7 @@ class Gateway:
         if self.down:
             raise GatewayDown("payment provider timed out")
         if order.card == "tok_declined":
-            raise Discard("card declined")  # retrying cannot help: no more attempts
+            raise CardDeclined(order.card)
         self.charges[order.id] = order.total
 
 
@@ -63,7 +67,10 @@ gateway = Gateway()
 def charge(order: Order) -> str:
     if order.id in gateway.charges:
         return "already charged"  # a retry after a lost reply must not charge twice
-    gateway.charge(order)
+    try:
+        gateway.charge(order)  # GatewayDown propagates: retried after the backoff
+    except CardDeclined:
+        raise Discard("card declined") from None  # no more attempts
     send_receipt.enqueue(order.id, order.email, order.total)
     return f"charged {order.total}"
 

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -72,11 +73,17 @@ def enqueued_jobs(task: Task[Any, Any] | str | None = None, *, app: Conveyor | N
         before = page[-1].id
 
 
-def _matching(jobs: list[Job], args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
-              priority: int | None) -> list[Job]:
+def _matching(app: Conveyor, jobs: list[Job], args: Sequence[Any] | None,
+              kwargs: Mapping[str, Any] | None, priority: int | None) -> list[Job]:
+    # Encoded as enqueue stores them, so a UUID, Decimal or dataclass given here
+    # matches its tagged JSON (compared raw, it never would: refute_enqueued would pass).
+    # Through JSON too: dict keys become text, as in the row.
+    want_args = None if args is None else json.loads(json.dumps(app.codec.encode(list(args))))
+    want_kwargs = (None if kwargs is None
+                   else json.loads(json.dumps(app.codec.encode(dict(kwargs)))))
     return [j for j in jobs
-            if (args is None or j.args == list(args))
-            and (kwargs is None or j.kwargs == dict(kwargs))
+            if (want_args is None or j.args == want_args)
+            and (want_kwargs is None or j.kwargs == want_kwargs)
             and (priority is None or j.priority == priority)]
 
 
@@ -104,13 +111,14 @@ def assert_enqueued(task: Task[Any, Any] | str, *, args: Sequence[Any] | None = 
                     count: int | None = None, app: Conveyor | None = None) -> list[Job]:
     """Fail unless a job of ``task`` matching every given field was enqueued (exactly
     ``count`` of them, if given); returns the matches. ``args``/``kwargs`` compare as
-    stored (JSON). The failure lists what was enqueued instead."""
+    stored: encoded as enqueue encodes them (a UUID matches its tagged JSON). The
+    failure lists what was enqueued instead."""
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise ValueError(f"count must be an int >= 0, got {count!r}")
     app, name = _app_and_name(task, app)
     every = enqueued_jobs(name, app=app, state=state)
-    found = _matching([j for j in every if queue is None or j.queue == queue], args, kwargs,
-                      priority)
+    found = _matching(app, [j for j in every if queue is None or j.queue == queue], args,
+                      kwargs, priority)
     ok = len(found) == count if count is not None else bool(found)
     if not ok:
         wanted = _wanted(name, args, kwargs, queue, priority)
@@ -128,8 +136,8 @@ def refute_enqueued(task: Task[Any, Any] | str, *, args: Sequence[Any] | None = 
                     app: Conveyor | None = None) -> None:
     """Fail if any job of ``task`` matching every given field was enqueued."""
     app, name = _app_and_name(task, app)
-    found = _matching([j for j in enqueued_jobs(name, app=app, state=state)
-                       if queue is None or j.queue == queue], args, kwargs, priority)
+    found = _matching(app, [j for j in enqueued_jobs(name, app=app, state=state)
+                            if queue is None or j.queue == queue], args, kwargs, priority)
     if found:
         raise AssertionError(
             f"expected no {_wanted(name, args, kwargs, queue, priority)} to be enqueued, "

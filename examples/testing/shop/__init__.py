@@ -1,0 +1,1 @@
+"""A tiny shop whose checkout hands its slow work to Conveyor (see ../README.md)."""

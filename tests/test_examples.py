@@ -13,19 +13,18 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any, cast
+from typing import cast
 
 import psycopg
 import pytest
-import sentry_sdk
 from psycopg import sql
-from sentry_sdk.envelope import Envelope
-from sentry_sdk.transport import Transport
 
 from conveyor import Conveyor, JobState, WorkerConfig
 
 from . import _pg
 from .conftest import wait_for
+from .contrib import test_sentry
+from .contrib.test_sentry import Capture
 from .contrib.test_starlette import served  # uvicorn serving an ASGI app on a thread
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -133,27 +132,8 @@ def test_the_sqlalchemy_example_on_a_missing_database_fails_clearly(
 
 # -- examples/observability: Sentry events and the host's /metrics -------------------------------
 
-class Capture(Transport):
-    """Keeps the events the SDK would have sent (no network)."""
-
-    def __init__(self) -> None:
-        super().__init__({})
-        self.events: list[dict[str, Any]] = []
-
-    def capture_envelope(self, envelope: Envelope) -> None:
-        self.events += [i.payload.json for i in envelope.items
-                        if i.type == "event" and i.payload.json is not None]
-
-
-@pytest.fixture
-def sentry() -> Iterator[Capture]:
-    transport = Capture()
-    sentry_sdk.init(dsn="http://key@localhost/1", transport=transport)
-    try:
-        yield transport
-    finally:
-        sentry_sdk.get_client().close()
-        sentry_sdk.init()  # no DSN: off again for the next test
+#: The SDK on a capturing transport (no network), as in the Sentry tests.
+sentry = test_sentry.sentry
 
 
 def load_observability(db_url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
@@ -217,7 +197,7 @@ def test_the_observability_example_reports_failures_and_serves_metrics(
     assert sample(text, "conveyor_database_up") == 1.0
     assert text.count("# TYPE conveyor_jobs_finished_total counter") == 1
 
-    [event] = sentry.events  # one event: the final failure; retries and successes send none
+    [event] = sentry.events()  # one event: the final failure; retries and successes send none
     tags = event["tags"] if isinstance(event["tags"], dict) else dict(event["tags"])
     assert tags == {"conveyor.job_id": str(broken.json()["job_id"]), "conveyor.task": "import_feed",
                     "conveyor.queue": "imports", "conveyor.attempt": "3", "conveyor.final": "true"}

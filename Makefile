@@ -2,7 +2,10 @@
 #
 #   make install   create .venv and install Conveyor with its dev tools and the web and otel
 #                  extras (re-runs only when pyproject.toml changes). The browser tests also
-#                  need Debian's chromium at /usr/bin/chromium (apt-get install chromium).
+#                  need Debian's chromium at /usr/bin/chromium (apt-get install chromium),
+#                  the PgBouncer tests Debian's pgbouncer (apt-get install pgbouncer; they
+#                  start their own in transaction mode, no service needed). .ci/run
+#                  installs both when missing.
 #   make test      ruff + mypy --strict + pytest, then the Django suite (tests/contrib/django)
 #                  and mypy --strict of conveyor.contrib.django in .venv-django
 #   make django-venv  create .venv-django (Python >= 3.12, which Django 6 needs) with the
@@ -11,7 +14,8 @@
 #   make lint      ruff + mypy --strict + the import contract (tests/test_layers.py)
 #   make demo      run `conveyor demo`
 #   make bench     the full benchmark suite (about an hour), the database probes and the
-#                  py-spy profiles: bench/results/*.json, profiles/, then summary.md and the
+#                  py-spy profiles, the capacity figures (bench/capacity.py, for docs/scaling.md):
+#                  bench/results/*.json, capacity.json, profiles/, then summary.md and the
 #                  README's performance table, every row stamped with its commit
 #   make chaos     the fault-injection suite in its long mode, soaks included (about 35 min); regenerates
 #                  docs/reliability.md from tests/chaos/results/*.json (each with its commit)
@@ -106,8 +110,10 @@ endif
 bench: $(STAMP)
 	$(BIN)/python -m bench --quiet-wait 120
 	$(BIN)/python -m bench.probes
+	$(BIN)/python -m bench.capacity
 	$(BIN)/python -m bench.profile
 	$(BIN)/python -m bench --summary-only
+	$(BIN)/python -m bench.read_replica
 
 chaos: $(STAMP)
 	rm -rf tests/chaos/results

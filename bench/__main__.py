@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import os
 import shlex
 import sys
@@ -22,7 +23,7 @@ import psycopg
 
 from conveyor import Conveyor
 
-from . import _env, _report, w_burndown, w_enqueue, w_latency, w_steady
+from . import _env, _report, w_burndown, w_enqueue, w_latency, w_steady, w_workers, w_workflow
 from ._targets import Target
 from .apps import register
 
@@ -36,6 +37,8 @@ class Case:
     id: str
     run: Run
     params: dict[str, Any]
+    #: The backends the case runs on (many workers is a PostgreSQL case).
+    backends: tuple[str, ...] = ("sqlite", "postgres")
 
 
 def _backlog(total: int, backlog: int, concurrency: int) -> Run:
@@ -68,6 +71,12 @@ def plan(quick: bool, steady_seconds: float) -> list[Case]:
         Case("w1_bulk_b10000", lambda t: w_enqueue.bulk(t, bulk, 10_000), {"jobs": bulk}),
         Case("w2_single_t1", lambda t: w_enqueue.single(t, single, 1), {"jobs": single}),
         Case("w2_single_t8", lambda t: w_enqueue.single(t, single, 8), {"jobs": single}),
+        Case("w1_bulk_ids_b10000", lambda t: w_enqueue.bulk_ids(t, bulk, 10_000),
+             {"jobs": bulk, "returns": "ids"}),
+        Case("w2_single_async_p1", lambda t: w_enqueue.single_async(t, single, 1),
+             {"jobs": single, "producers": 1}),
+        Case("w2_single_async_p100", lambda t: w_enqueue.single_async(t, single, 100),
+             {"jobs": single, "producers": 100}),
     ]
     for c in (10,) if quick else (10, 100, 1000):
         cases.append(Case(f"w3_burndown_c{c}", _burndown(n, c), {"jobs": n, "concurrency": c}))
@@ -85,7 +94,50 @@ def plan(quick: bool, steady_seconds: float) -> list[Case]:
         Case("w7_retry_c100", lambda t: w_burndown.burndown(t, n, 100, "retry"),
              {"jobs": n, "concurrency": 100, "fail_first_attempt": "every even job"}),
     ]
+    return cases + many_workers(quick) + workflow_cases(quick)
+
+
+def many_workers(quick: bool) -> list[Case]:
+    """Workload 9: 1..8 worker processes x concurrency 50 on one PostgreSQL."""
+    n = 2_000 if quick else 100_000
+    seconds, rate = (2.0, 1_000.0) if quick else (20.0, 2_000.0)
+    pg = ("postgres",)
+    cases = [Case(f"w9_workers_p{p}", functools.partial(w_workers.burndown, total=n,
+                                                         processes=p, concurrency=50),
+                  {"jobs": n, "processes": p, "concurrency": 50}, pg)
+             for p in ((1, 2) if quick else (1, 2, 4, 8))]
+    for p in (2,) if quick else (1, 8):
+        cases.append(Case(f"w9_workers_steady_p{p}",
+                          functools.partial(w_workers.steady, seconds=seconds, processes=p,
+                                            concurrency=50, rate=rate, batch=100),
+                          {"seconds": seconds, "processes": p, "concurrency": 50,
+                           "jobs_per_s_enqueued": rate, "batch": 100}, pg))
+    if not quick:  # one job per NOTIFY: every idle process wakes for every job
+        cases.append(Case("w9_workers_steady_single_p8",
+                          functools.partial(w_workers.steady, seconds=10.0, processes=8,
+                                            concurrency=50, rate=500.0, batch=1),
+                          {"seconds": 10.0, "processes": 8, "concurrency": 50,
+                           "jobs_per_s_enqueued": 500.0, "batch": 1}, pg))
     return cases
+
+
+def workflow_cases(quick: bool) -> list[Case]:
+    """Workload 10: workflows and batches (bench/w_workflow.py)."""
+    wide = 300 if quick else 10_000
+    layers, width = (3, 100) if quick else (10, 1_000)
+    count, size = (10, 20) if quick else (1_000, 100)
+    small = 20 if quick else 100
+    return [
+        Case("w10_workflow_fan_in", lambda t: w_workflow.fan_in(t, wide, 100),
+             {"width": wide, "concurrency": 100}),
+        Case("w10_workflow_dag", lambda t: w_workflow.dag(t, layers, width, 100),
+             {"layers": layers, "width": width, "concurrency": 100}),
+        Case("w10_workflow_batches", lambda t: w_workflow.batches(t, count, size, 100),
+             {"batches": count, "size": size, "concurrency": 100}),
+        Case("w10_workflow_completion_cost",
+             lambda t: w_workflow.completion_cost(t, wide, small, 100),
+             {"jobs": wide, "small_fan_in": small, "concurrency": 100}),
+    ]
 
 
 def default_pg_url() -> str:
@@ -206,7 +258,7 @@ def environment(target: Target, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_backend(target: Target, cases: list[Case], args: argparse.Namespace) -> None:
-    for case in cases:
+    for case in [c for c in cases if target.backend in c.backends]:
         before = _env.git_stamp()
         runs = []
         for i in range(args.repeat):
@@ -232,8 +284,10 @@ def run_backend(target: Target, cases: list[Case], args: argparse.Namespace) -> 
 
 
 def _summary_line(result: dict[str, Any]) -> str:
-    keys = ("jobs_per_s", "p50_ms", "p99_ms", "cpu_us_per_job", "round_trips_per_job",
-            "exactly_once", "slowdown_pct", "peak_rss_mb")
+    keys = ("jobs_per_s", "empty_claims_per_job", "connections_peak_total",
+            "p50_ms", "p99_ms", "cpu_us_per_job", "round_trips_per_job",
+            "exactly_once", "slowdown_pct", "peak_rss_mb", "enqueue_s", "ack_cost_us",
+            "fan_in_large_vs_small")
     return " ".join(f"{k}={result[k]}" for k in keys if k in result)
 
 

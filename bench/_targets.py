@@ -53,10 +53,11 @@ SETTLE_SQL = {
     "postgres": ("VACUUM ANALYZE conveyor_jobs",),
 }
 
+#: Finished jobs move to history (schema 12): outcomes are read through the view of both.
 OUTCOMES_SQL = {
-    "sqlite": "SELECT state, attempt, count(*) FROM conveyor_jobs"
+    "sqlite": "SELECT state, attempt, count(*) FROM conveyor_jobs_all"
               " WHERE queue = :queue AND task = :task GROUP BY state, attempt",
-    "postgres": "SELECT state, attempt, count(*) FROM conveyor_jobs"
+    "postgres": "SELECT state, attempt, count(*) FROM conveyor_jobs_all"
                 " WHERE queue = %(queue)s AND task = %(task)s GROUP BY state, attempt",
 }
 AVAILABLE_SQL = {

@@ -40,14 +40,15 @@ class WorkerRun:
 class WorkerProcess:
     """``python -m conveyor worker bench.apps:app -q QUEUE -c N [--burst]``."""
 
-    def __init__(self, target: Target, queue: str, concurrency: int, burst: bool) -> None:
+    def __init__(self, target: Target, queue: str, concurrency: int, burst: bool,
+                 url: str | None = None) -> None:
         fd, self.report_path = tempfile.mkstemp(prefix="conveyor-bench-", suffix=".json")
         os.close(fd)
         argv = [sys.executable, "-m", "conveyor", "worker", "bench.apps:app", "-q", queue,
                 "-c", str(concurrency), "--log-level", "WARNING", "--shutdown-timeout", "10"]
         if burst:
             argv.append("--burst")
-        env = {**os.environ, "CONVEYOR_URL": target.url,
+        env = {**os.environ, "CONVEYOR_URL": url or target.url,
                "CONVEYOR_BENCH_REPORT": self.report_path}
         env.pop("CONVEYOR_APP", None)
         self.launched = time.time()

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from conveyor import Conveyor, Task, current_job
+from conveyor._storage import Storage
 from conveyor.cli.bench import BenchApp
 
 calls: collections.Counter[str] = collections.Counter()
@@ -39,6 +40,12 @@ async def flaky(i: int) -> None:
         raise RuntimeError("first attempt fails")
 
 
+async def collect(i: int = 0, results: list[Any] | None = None) -> int:
+    """A fan-in or batch callback (workload 9): returns how many results it was handed."""
+    calls["collect"] += 1
+    return len(results or [])
+
+
 async def stamp(sent: float) -> float:
     """Returns when it started, so the suite can subtract when it was enqueued."""
     return time.time()
@@ -51,10 +58,48 @@ def register(target: Conveyor) -> dict[str, Task[Any, Any]]:
         "noop_sync": target.task(queue="bench-sync")(noop_sync),
         "flaky": target.task(queue="bench-retry", max_attempts=3, backoff=0.001)(flaky),
         "stamp": target.task(queue="bench-latency")(stamp),
+        "collect": target.task(queue="bench")(collect),
     }
 
 
-app = BenchApp()
+class ReportingBenchApp(BenchApp):
+    """A BenchApp that also counts claims that came back empty and the wake-ups
+    (notifications) its worker received: the many-workers case's herd figures."""
+
+    def __init__(self, url: str | None = None, **kwargs: Any) -> None:
+        super().__init__(url, **kwargs)
+        self.claims = 0
+        self.empty_claims = 0
+        self.wakes = 0
+        self._instrumented: set[int] = set()
+
+    async def storage(self) -> Storage:
+        store = await super().storage()
+        if id(store) not in self._instrumented:
+            self._instrumented.add(id(store))
+            self._instrument(store)
+        return store
+
+    def _instrument(self, store: Any) -> None:
+        fetch, subscribe = store.job_fetch_available, store.wake_subscribe
+
+        async def counted_fetch(params: Any) -> Any:
+            jobs = await fetch(params)
+            self.claims += 1
+            self.empty_claims += not jobs
+            return jobs
+
+        def counted_subscribe(callback: Any) -> Any:
+            def counted_wake(queue: str) -> None:
+                self.wakes += 1
+                callback(queue)
+            return subscribe(counted_wake)
+
+        store.job_fetch_available = counted_fetch
+        store.wake_subscribe = counted_subscribe
+
+
+app = ReportingBenchApp()
 register(app)
 
 
@@ -72,6 +117,9 @@ def report() -> dict[str, Any]:
         "ack_flushes": len(app.acks),
         "last_ack": None if last is None else [last[0], last[2]],
         "acked_per_second": sorted(per_second.items()),
+        "claims": app.claims,
+        "empty_claims": app.empty_claims,
+        "wakes": app.wakes,
         "maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
     }
 

@@ -4,8 +4,9 @@ no Conveyor Python in the way: the floors the targets are measured against.
 SQLite: CPU microseconds per row of the insert, claim and ack statements, with
 Conveyor's schema and with each index that is not needed by the claim dropped in turn.
 PostgreSQL: ``EXPLAIN (ANALYZE, WAL)`` of a claim of 100, an ack of 100 and an insert
-of 1,000 (execution time and WAL records per row), a ``SELECT 1`` round trip and a
-one-row insert committed on its own (the floor of a single enqueue).
+of 1,000 (execution time and WAL records per row), a ``SELECT 1`` round trip, a
+one-row insert committed on its own (the floor of a single enqueue), and the burn-down
+floor: Conveyor's claim and ack statements in a raw psycopg loop (``bench/floor.py``).
 Writes ``bench/results/probes.json``.
 """
 
@@ -25,7 +26,7 @@ import psycopg
 
 from conveyor._storage import load_queries
 
-from . import _env
+from . import _env, floor
 from .__main__ import DEFAULT_OUT, postgres_url
 from ._targets import Target
 
@@ -78,7 +79,8 @@ def _sqlite_once(drop: str | None, rows: int, backlog: int = 0) -> dict[str, flo
             for i in range(0, rows, 100):
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany(q["job_ack_completed"],
-                                 [("null", job, token) for job, token in claimed[i:i + 100]])
+                                 [("null", "probe", 0.0, job, token)
+                                  for job, token in claimed[i:i + 100]])
                 conn.execute("COMMIT")
             return rows
 
@@ -142,12 +144,15 @@ def postgres_probe(url: str) -> dict[str, Any]:
         token_at = [c.name for c in conn.execute("SELECT * FROM conveyor_jobs LIMIT 0").description
                     or ()].index("lease_token")
         out["ack_100"] = _explain(conn, q["job_ack_completed"], {
-            "id": ids, "lease_token": [r[token_at] for r in claimed], "result": ["null"] * 100},
+            "id": ids, "lease_token": [r[token_at] for r in claimed], "result": ["null"] * 100,
+            "run_time": [0.0] * 100, "node": "probe",
+            "finished_channel": "conveyor_jobs_finished"},
             100)
         out["select_1_round_trip_ms"] = _round_trips(conn, "SELECT 1", 500)
         out["one_row_insert_commit_ms"] = _round_trips(
             conn, "INSERT INTO conveyor_jobs (task, queue, state, scheduled_at, created_at)"
             " VALUES ('noop', 'probe', 'available', now(), now()) RETURNING id", 500)
+    out["claim_ack_floor"] = floor.claim_ack_loop(target)
     target.reset()
     target.close()
     return out

@@ -40,6 +40,7 @@ BUCKETS: list[tuple[str, str]] = [
     ("driver: psycopg encode/decode", "psycopg_pool/"),
     ("decode rows into Jobs", "_fast.py"),
     ("decode rows into Jobs", "_rows.py"),
+    ("decode rows into Jobs", "_storage/rows.py"),
     ("the handler itself", "bench/apps.py"),
     ("conveyor runtime (producer, executor, acker, metrics)", "conveyor/_runtime/"),
     ("conveyor enqueue (validate, encode)", "conveyor/_task.py"),

@@ -16,7 +16,7 @@ KINDS = {"async": ("noop", "bench"), "sync": ("noop_sync", "bench-sync"),
          "retry": ("flaky", "bench-retry")}
 
 
-def _insert(target: Target, task_name: str, total: int) -> None:
+def insert_jobs(target: Target, task_name: str, total: int) -> None:
     app = BenchApp(target.url)
     try:
         task = register(app)[task_name]
@@ -45,7 +45,7 @@ def burndown(target: Target, total: int, concurrency: int, kind: str = "async",
     target.reset()
     if backlog:
         target.add_backlog(backlog)
-    _insert(target, task_name, total)
+    insert_jobs(target, task_name, total)
     worker = WorkerProcess(target, queue, concurrency, burst=True)
     try:
         run = worker.wait(timeout)

@@ -59,7 +59,7 @@ def cross_process(target: Target, count: int, spacing: float) -> dict[str, Any]:
         finally:
             worker.close()
         app.close()
-    rows = target.query("SELECT args, result FROM conveyor_jobs WHERE queue = 'bench-latency'"
+    rows = target.query("SELECT args, result FROM conveyor_jobs_all WHERE queue = 'bench-latency'"
                         " AND state = 'completed'")
     samples = []
     for args, result in rows:

@@ -27,16 +27,21 @@ def _windows(per_second: list[list[int]], began: float, ended: float,
 
 
 def _trend(windows: list[float], window: int) -> dict[str, float]:
-    """Least-squares slope (percent of the mean per minute), last third vs first third."""
+    """Least-squares slope (percent of the mean per minute), last third vs first third,
+    and the worst window against the median one."""
     if len(windows) < 3:
-        return {"slope_pct_per_min": 0.0, "last_vs_first_third": 1.0}
+        return {"slope_pct_per_min": 0.0, "last_vs_first_third": 1.0,
+                "worst_window_vs_median": 1.0}
     xs = [i * window / 60 for i in range(len(windows))]
     slope = statistics.linear_regression(xs, windows).slope
     third = len(windows) // 3
     first, last = statistics.mean(windows[:third]), statistics.mean(windows[-third:])
     mean = statistics.mean(windows) or 1.0
+    median = statistics.median(windows)
     return {"slope_pct_per_min": round(100 * slope / mean, 2),
-            "last_vs_first_third": round(last / first, 3) if first else 0.0}
+            "last_vs_first_third": round(last / first, 3) if first else 0.0,
+            # the saw-tooth issue 15 names: no window far below the run's median
+            "worst_window_vs_median": round(min(windows) / median, 3) if median else 0.0}
 
 
 def steady(target: Target, seconds: float, concurrency: int, ready: int = 5000,

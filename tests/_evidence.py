@@ -25,16 +25,30 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: The standalone tools of ``make bench`` and the result each writes. `python -m bench`
+#: (the rows of the reports) imports none of them, so they are not the rows' measured
+#: code; each tool's own result is checked against its tool by tests/test_evidence.py.
+BENCH_TOOLS: dict[str, tuple[str, ...]] = {
+    "bench/results/probes.json": ("bench/probes.py", "bench/floor.py"),
+    "bench/results/capacity.json": ("bench/capacity.py",),
+    "bench/results/read_replica.json": ("bench/read_replica.py",),
+}
+#: ... and those whose output is printed or derived (model, profiles, retention).
+BENCH_TOOL_FILES: tuple[str, ...] = tuple(sorted(
+    {f for files in BENCH_TOOLS.values() for f in files}
+    | {"bench/model.py", "bench/profile.py", "bench/retention.py"}))
+
 #: What determines the benchmark figures: the library, the suite's own code, the
 #: dependencies. Git pathspecs, relative to the repository root.
 BENCH_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)bench/*.py",
+                                   *(f":(exclude){f}" for f in BENCH_TOOL_FILES),
                                    "tests/_pg.py")
 
 #: What determines the chaos results: the library, the scenarios and their harness, the
 #: apps and fixtures they run, the property-based model test.
 CHAOS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)tests/chaos/*.py",
                                    "tests/apps", "tests/conftest.py", "tests/_pg.py",
-                                   "tests/test_storage_model.py",
+                                   "tests/_signals.py", "tests/test_storage_model.py",
                                    "tests/test_flow_processes.py")
 
 #: A report's header line: ``N of M rows measured on older code``.
@@ -112,7 +126,10 @@ def staleness(commit: str | None, clean: bool | None, measured: Sequence[str]) -
 
 def describe(measured: Sequence[str]) -> str:
     """The measured paths for a reader: ``src``, ``bench/*.py``, ..."""
-    return ", ".join(f"`{p.removeprefix(':(glob)')}`" for p in measured)
+    kept = [f"`{p.removeprefix(':(glob)')}`" for p in measured if not p.startswith(":(exclude)")]
+    left = [f"`{p.removeprefix(':(exclude)bench/')}`" for p in measured
+            if p.startswith(":(exclude)")]
+    return ", ".join(kept) + (f" (not the standalone tools {', '.join(left)})" if left else "")
 
 
 def short(commit: str | None) -> str:

@@ -3,10 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from conveyor import Conveyor, Job, JobState, WorkerConfig
 from conveyor._runtime import Worker
+
+
+def aio(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
+    """Run an async test on a fresh loop; close the apps it was given on that loop."""
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> None:
+        async def main() -> None:
+            try:
+                await fn(*args, **kwargs)
+            finally:
+                for value in [*args, *kwargs.values()]:
+                    if isinstance(value, Conveyor):
+                        await value.close_async()
+
+        asyncio.run(main())
+
+    return run
+
 
 FAST = WorkerConfig(
     queues={"default": 10},

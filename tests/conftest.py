@@ -29,7 +29,7 @@ from psycopg import sql
 
 from conveyor import Conveyor
 
-from . import _pg
+from . import _pg, _pgbouncer
 
 T = TypeVar("T")
 
@@ -57,7 +57,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     found = _pg.get()
-    lines = [f"postgres: {found.describe()}"]
+    lines = [f"postgres: {found.describe()}", _pgbouncer.report_header()]
     if found.admin_url is None:
         outcome = "FAIL" if found.fatal or _pg.required() else "be SKIPPED"
         lines.append(f"postgres: !!! Postgres tests will {outcome} !!!")
@@ -74,6 +74,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_terminal_summary(
     terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
 ) -> None:
+    _pgbouncer.terminal_summary(terminalreporter)
     found = _pg.peek()
     if found is None or found.admin_url is not None:
         return

@@ -15,6 +15,7 @@ import pytest
 
 from conveyor import Conveyor, JobState
 
+from ._signals import freeze_between_writes
 from .apps import acceptance
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -151,8 +152,11 @@ def test_two_workers_race_over_2000_jobs_each_run_once(
     # Both must be up before the jobs arrive, or the first could take them all.
     wait_until(lambda: len([n for n in queue_app.list_nodes() if n.alive]) == 2, 30,
                "both workers to register")
+    # 10 ms a job: one worker alone needs a second for them all, five of the other's
+    # 0.2 s polls on SQLite, so the race is real on a fast machine too (with instant
+    # jobs, one worker could drain everything between two polls of the other).
     for start in range(0, 2000, 500):
-        queue_app.enqueue_many([acceptance.sleepy.job(0) for _ in range(start, start + 500)])
+        queue_app.enqueue_many([acceptance.sleepy.job(0.01) for _ in range(start, start + 500)])
     wait_until(lambda: counts(queue_app)["completed"] == 2000, 120, "every job completed")
     for proc in workers:
         proc.send_signal(signal.SIGTERM)
@@ -169,7 +173,7 @@ def test_stale_workers_late_completion_is_fenced_out(queue_app: Conveyor, cluste
     (job,) = queue_app.enqueue_many([acceptance.sleepy_sync.job(2.0)])
     stale = cluster.worker("-c", "1", "--lease-ttl", "1")
     wait_until(lambda: len(cluster.events()) >= 1, 20, "the job to start")
-    stale.send_signal(signal.SIGSTOP)  # frozen: no heartbeats, lease runs out
+    freeze_between_writes(stale, queue_app.url)  # frozen: no heartbeats, lease runs out
     rescuer = cluster.worker("-c", "1", "--lease-ttl", "1")
 
     def completed_by_rescuer() -> bool:

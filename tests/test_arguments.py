@@ -73,7 +73,7 @@ class Money:
 
 def stored(url: str, job_id: int) -> str:
     """The job's args and kwargs as the database holds them (read around the API)."""
-    query = "SELECT args, kwargs FROM conveyor_jobs WHERE id = "
+    query = "SELECT args, kwargs FROM conveyor_jobs_all WHERE id = "
     if url.startswith("sqlite"):
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
             row = conn.execute(query + "?", (job_id,)).fetchone()

@@ -18,6 +18,7 @@ loud reason, unless ``CI=true``, where it fails.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from collections.abc import Sequence
@@ -152,3 +153,26 @@ def test_result_files_record_commit_and_clean(history: str) -> None:
     assert _evidence.staleness("0" * 40, True, _evidence.BENCH_MEASURED) is not None
     assert _evidence.staleness(head, False, _evidence.BENCH_MEASURED) is not None
     assert _evidence.staleness(head, True, _evidence.BENCH_MEASURED) is None
+
+
+def tool_result_problems(results: dict[str, tuple[str, ...]]) -> list[str]:
+    """Each standalone tool's result names a commit whose code (the library, the suite's
+    shared modules and the tool's own files) is HEAD's."""
+    out = []
+    for path, tool in sorted(results.items()):
+        doc = json.loads((ROOT / path).read_text(encoding="utf-8"))
+        git = doc.get("machine", {}).get("git", {})
+        commit, clean = git.get("commit"), git.get("clean")
+        reason = (_evidence.staleness(commit, clean, _evidence.BENCH_MEASURED)
+                  or ("its tool changed since" if commit and _differs(commit, tool) else None))
+        if reason:
+            out.append(f"{path} ({_evidence.short(commit)}): {reason}")
+    return out
+
+
+def test_tool_results_describe_head(history: str) -> None:
+    """probes.json, capacity.json and read_replica.json are rerun when their tool or the
+    code it measures changes (their rows are not in the reports' tables)."""
+    found = tool_result_problems(_evidence.BENCH_TOOLS)
+    assert not found, ("results of `make bench`'s tools older than HEAD's code (rerun "
+                       "`make bench`):\n  " + "\n  ".join(found))

@@ -22,13 +22,15 @@ PACKAGE = "conveyor"
 #: (a prefix matches the module itself and everything below it).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model", (
-        "conveyor._job", "conveyor._errors", "conveyor._config", "conveyor._payload",
+        "conveyor._job", "conveyor._dependencies", "conveyor._errors", "conveyor._config",
+        "conveyor._payload",
         "conveyor._cron", "conveyor._limits", "conveyor._context", "conveyor._portal",
         "conveyor._logfields", "conveyor._redact", "conveyor._clock",
     )),
     ("storage", ("conveyor._storage",)),
     # what an app is made of (tasks, hooks), and the choke point every write passes
-    ("registry", ("conveyor._task", "conveyor._hooks", "conveyor._registry", "conveyor._observed")),
+    ("registry", ("conveyor._task", "conveyor._hooks", "conveyor._registry", "conveyor._observed",
+                  "conveyor._workflow")),
     ("runtime", ("conveyor._runtime",)),
     ("app", ("conveyor._app", "conveyor._operations", "conveyor._explain")),
     ("interfaces", (

@@ -36,6 +36,7 @@ from conveyor import (
     StateChange,
     WorkerConfig,
 )
+from conveyor._runtime.archiver import Archiver
 from conveyor._storage import JobAck, JobAckManyParams, JobFetchAvailableParams, JobPurgeParams
 from conveyor.cli import cli
 from conveyor.cli import maintenance as cli_maintenance
@@ -86,20 +87,39 @@ def finish(url: str, jobs: list[Job], state: JobState) -> None:
     asyncio.run(go())
 
 
+async def archive_all(app: Conveyor) -> int:
+    """Move every finished job to history now, as the leader's archiver does."""
+    return await Archiver(await app.storage(), None, 1.0, after=0.0).run_once()
+
+
+def hot_count(url: str) -> int:
+    """Jobs still in the hot table."""
+    if url.startswith("sqlite"):
+        with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            return int(conn.execute("SELECT count(*) FROM conveyor_jobs").fetchone()[0])
+    with psycopg.connect(url, autocommit=True) as pg:
+        row = pg.execute("SELECT count(*) FROM conveyor_jobs").fetchone()
+        return int(row[0]) if row else 0
+
+
 def backdate(url: str, ids: list[int], seconds: float) -> None:
-    """Move the jobs' creation and finish ``seconds`` into the past, in the database."""
+    """Move the jobs' creation and finish ``seconds`` into the past, in the database,
+    wherever they are: a worker's archiver may have moved finished ones to history."""
+    tables = ("conveyor_jobs", "conveyor_jobs_history")
     if url.startswith("sqlite"):
         with closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn, conn:
-            conn.execute(
-                "UPDATE conveyor_jobs SET created_at = created_at - ?, "
-                "finished_at = finished_at - ? WHERE id IN (SELECT value FROM json_each(?))",
-                (seconds, seconds, json.dumps(ids)))
+            for table in tables:
+                conn.execute(
+                    f"UPDATE {table} SET created_at = created_at - ?, "  # noqa: S608
+                    "finished_at = finished_at - ? WHERE id IN (SELECT value FROM json_each(?))",
+                    (seconds, seconds, json.dumps(ids)))
         return
     with psycopg.connect(url, autocommit=True) as pg:
-        pg.execute(
-            "UPDATE conveyor_jobs SET created_at = created_at - %s * interval '1 second', "
-            "finished_at = finished_at - %s * interval '1 second' WHERE id = ANY(%s)",
-            (seconds, seconds, ids))
+        for table in tables:
+            pg.execute(
+                f"UPDATE {table} SET created_at = created_at - %s * interval '1 second', "  # noqa: S608
+                "finished_at = finished_at - %s * interval '1 second' WHERE id = ANY(%s)",
+                (seconds, seconds, ids))
 
 
 def states(app: Conveyor) -> dict[str, int]:
@@ -380,6 +400,11 @@ def test_prune_now_runs_retention_as_the_pruner(app: Conveyor, db_url: str) -> N
 
     asyncio.run(run())
     assert states(app) == {"completed": 8, "discarded": 4}
+    # the worker's archiver may have moved some of them: move them all, as it would
+    app.prune_now(completed_retention=86_400 * 365, dry_run=True)  # opens the storage
+    hot = hot_count(db_url)
+    moved = app._sync(archive_all(app))
+    assert moved == hot and hot_count(db_url) == 0
     backdate(db_url, [j.id for j in jobs[:6]], 2 * 86_400)  # 4 completed, 2 discarded
     assert app.prune_now(dry_run=True) == 4  # defaults: completed 1 day, discarded 7 days
     assert app.prune_now(discarded_retention=86_400, dry_run=True) == 6

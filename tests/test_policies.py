@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import json
 import warnings
 from collections.abc import Awaitable, Callable
@@ -18,31 +17,13 @@ import pytest
 from conveyor import Conveyor, Job, JobState, WorkerConfig
 from conveyor._storage import NodeUpsertParams
 
-from ._runtime_util import FAST, in_state, run_worker_until
+from ._runtime_util import FAST, aio, in_state, run_worker_until
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
 from conveyor.web import create_app
-
-
-def aio(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
-    """Run an async test on a fresh loop; close the apps it was given on that loop."""
-
-    @functools.wraps(fn)
-    def run(*args: Any, **kwargs: Any) -> None:
-        async def main() -> None:
-            try:
-                await fn(*args, **kwargs)
-            finally:
-                for value in [*args, *kwargs.values()]:
-                    if isinstance(value, Conveyor):
-                        await value.close_async()
-
-        asyncio.run(main())
-
-    return run
 
 
 def config(*queues: str, **changes: Any) -> WorkerConfig:

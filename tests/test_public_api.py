@@ -16,6 +16,24 @@ import conveyor
 from conveyor import Conveyor, Job, Task, TaskWithOptions
 
 EXPORTED = [
+    # workflows and batches (docs/workflows.md)
+    "Batch",
+    "BatchClosedError",
+    "BatchNotFoundError",
+    "Chain",
+    "Chord",
+    "Dependency",
+    "FailurePolicy",
+    "Group",
+    "UnknownDependencyError",
+    "Workflow",
+    "WorkflowEdge",
+    "WorkflowError",
+    "WorkflowInfo",
+    "WorkflowRun",
+    "chain",
+    "chord",
+    "group",
     "Cancel",
     "Conveyor",
     "ConveyorConfig",
@@ -25,7 +43,10 @@ EXPORTED = [
     "Explanation",
     "InvalidStateError",
     "Job",
+    "JobCancelledError",
     "JobContext",
+    "JobDiscardedError",
+    "JobFailedError",
     "JobNotFoundError",
     "JobSpec",
     "JobState",
@@ -43,6 +64,7 @@ EXPORTED = [
     "TaskWithOptions",
     "Throttle",
     "Unique",
+    "WaitTimeoutError",
     "WorkerConfig",
     "__version__",
     "current_job",
@@ -90,4 +112,24 @@ def test_enqueue_keeps_the_task_signature(tmp_path: Path) -> None:
         send_email.enqueue("a@b.c", subjekt="x")  # type: ignore[call-arg]
     assert app.list_jobs(queue="mail") == []
     resize.options(priority=1).enqueue("/p", width="wide")  # type: ignore[arg-type]
+    assert_type(app.enqueue_many([resize.job("/q")]), list[Job])
+    assert_type(app.enqueue_many_ids([resize.job("/q")]), list[int])  # ids only
     app.close()
+
+
+def test_progress_reporting_is_pinned() -> None:
+    """``current_job().set_progress`` / ``update_meta`` (issue 13) and the fields a
+    job carries them back in."""
+    for name in ("set_progress", "update_meta", "progress", "meta"):
+        assert hasattr(conveyor.JobContext, name), name
+    fields = {f for f in Job.__dataclass_fields__}
+    assert {"progress", "progress_message"} <= fields
+
+    def typed(ctx: conveyor.JobContext, job: Job) -> None:
+        assert_type(ctx.set_progress(0.5, "half"), None)
+        assert_type(ctx.update_meta({"k": 1}), None)
+        assert_type(ctx.progress, float | None)
+        assert_type(job.progress, float | None)
+        assert_type(job.progress_message, str | None)
+
+    assert callable(typed)

@@ -157,6 +157,8 @@ class WorkerConfig:
     #: Also how fast a cancel reaches a running job on another process.
     heartbeat_interval: float = _field(
         2.0, "seconds between heartbeats; also how fast a cancel reaches a job")
+    progress_interval: float = _field(
+        0.5, "seconds between writes of running jobs' progress (set_progress, update_meta)")
     rescue_interval: float = _field(
         5.0, "seconds between passes returning jobs of dead workers to their queue")
     stage_interval: float = _field(
@@ -181,6 +183,12 @@ class WorkerConfig:
     completed_retention: float = _field(86_400.0, "seconds completed and cancelled jobs are kept")
     #: Discarded jobs are kept longer, for inspection and manual retry.
     discarded_retention: float = _field(7 * 86_400.0, "seconds discarded jobs are kept")
+    #: Finished jobs move from the hot table to history (the archiver, on the leader);
+    #: reads see both tables, so this only decides how long they stay hot.
+    archive_after: float = _field(
+        0.0, "seconds a finished job stays in the hot table before it moves to history")
+    archive_interval: float = _field(
+        1.0, "seconds between passes of the archiver (on the leader)")
     #: Per-minute metric rollups (dashboard charts) are kept this long; 0 turns them off.
     metrics_retention: float = _field(
         7 * 86_400.0, "seconds per-minute metric rollups are kept; 0 turns them off")
@@ -205,8 +213,14 @@ class WorkerConfig:
                 raise ValueError(f"concurrency of queue {name!r} must be an int >= 1")
         if self.heartbeat_interval <= 0 or self.lease_ttl <= self.heartbeat_interval:
             raise ValueError("lease_ttl must be longer than heartbeat_interval (> 0)")
+        if not 0 < self.progress_interval < float("inf"):
+            raise ValueError("progress_interval must be a number of seconds > 0")
         if self.shutdown_timeout < 0:
             raise ValueError("shutdown_timeout must be >= 0")
         check_labels(self.labels)
         if not 0 <= self.unknown_task_timeout < float("inf"):
             raise ValueError("unknown_task_timeout must be a finite number of seconds >= 0")
+        if not 0 <= self.archive_after < float("inf"):
+            raise ValueError("archive_after must be a finite number of seconds >= 0")
+        if not 0 < self.archive_interval < float("inf"):
+            raise ValueError("archive_interval must be a finite number of seconds > 0")

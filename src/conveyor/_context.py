@@ -6,9 +6,13 @@ import asyncio
 import contextlib
 import contextvars
 import dataclasses
+import math
+import re
 import threading
+from collections.abc import Mapping
 from typing import Any
 
+from . import _payload
 from ._job import Job
 
 
@@ -92,6 +96,70 @@ def _resolve(future: asyncio.Future[None]) -> None:
 _NO_SHUTDOWN = ShutdownSignal()
 
 
+#: Longest progress message kept (characters); a longer one is cut, not refused.
+MAX_PROGRESS_MESSAGE = 1_000
+#: The cap on a job's meta when no worker set one (ConveyorConfig.max_payload_bytes).
+DEFAULT_MAX_META_BYTES = 1024 * 1024
+
+
+class ProgressEntry:
+    """A running job's latest progress and meta, kept in memory: handlers may report
+    thousands of times a second, and the worker writes only the latest value of every
+    dirty entry, in one statement per flush (``_runtime/progress.py``).
+
+    ``reported`` holds (fraction, message) as one tuple so a flush never reads a
+    fraction with another call's message; ``dirty`` is set after the values, so a value
+    written while a flush reads is flushed again next time, never lost.
+    """
+
+    __slots__ = ("dirty", "job", "max_meta_bytes", "meta", "meta_json", "reported")
+
+    def __init__(self, job: Job, max_meta_bytes: int = DEFAULT_MAX_META_BYTES) -> None:
+        self.job = job
+        self.max_meta_bytes = max_meta_bytes
+        self.reported: tuple[float, str | None] | None = None
+        self.meta: dict[str, Any] | None = None
+        self.meta_json: str | None = None
+        self.dirty = False
+
+    def set_progress(self, fraction: float, message: str | None) -> None:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise TypeError(f"progress must be a number from 0.0 to 1.0, got "
+                            f"{type(fraction).__name__}")
+        if math.isnan(fraction) or not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"progress must be from 0.0 to 1.0, got {fraction!r}")
+        if message is not None and not isinstance(message, str):
+            raise TypeError(f"progress message must be a str or None, got "
+                            f"{type(message).__name__}")
+        if message is not None:
+            message = _storable_text(message[:MAX_PROGRESS_MESSAGE])
+        self.reported = (float(fraction), message)
+        self.dirty = True
+
+    def update_meta(self, values: Mapping[str, Any]) -> None:
+        """Merge ``values`` into the job's meta; refused whole (nothing merged) when a
+        key is not a str, a value is not JSON, or the result is over the cap."""
+        if not isinstance(values, Mapping):
+            raise TypeError(f"update_meta takes a dict, got {type(values).__name__}")
+        for key in values:
+            if not isinstance(key, str):
+                raise TypeError(f"meta keys must be str, got {type(key).__name__} {key!r}")
+        merged = {**(self.meta if self.meta is not None else self.job.meta), **values}
+        text = _payload.encode_meta(self.job.task, merged, self.max_meta_bytes)
+        self.meta, self.meta_json = merged, text
+        self.dirty = True
+
+
+_UNSTORABLE_CHAR = re.compile("[\x00\ud800-\udfff]")
+
+
+def _storable_text(text: str) -> str:
+    """Text both databases store: NUL and lone surrogates become U+FFFD."""
+    if text.isascii() and "\x00" not in text:
+        return text
+    return _UNSTORABLE_CHAR.sub("\ufffd", text)
+
+
 @dataclasses.dataclass(slots=True)
 class JobContext:
     """The running job, as its handler sees it.
@@ -102,6 +170,11 @@ class JobContext:
     job: Job
     _cancel: CancelFlag = dataclasses.field(default_factory=CancelFlag)
     _shutdown: ShutdownSignal = _NO_SHUTDOWN
+    #: Progress and meta reported by the handler, made on first use (most jobs never
+    #: report); a worker's flusher writes it, a context made elsewhere keeps it in memory.
+    _progress: ProgressEntry | None = None
+    #: The cap on the job's meta (the app's ConveyorConfig.max_payload_bytes).
+    _meta_cap: int = DEFAULT_MAX_META_BYTES
 
     @property
     def id(self) -> int:
@@ -153,6 +226,41 @@ class JobContext:
         """For sync handlers: ``.wait(timeout)`` blocks until shutdown starts (True) or the
         timeout passes (False), ``.is_set()`` reads it, like a ``threading.Event``."""
         return self._shutdown
+
+    def set_progress(self, fraction: float, message: str | None = None) -> None:
+        """Report how far the job is (0.0 to 1.0) and what it does now. Cheap: it
+        changes memory only; the worker writes the latest value every ~0.5 s and at
+        the job's end, so call it as often as you like.
+
+        Example: ``current_job().set_progress(i / n, f"row {i} of {n}")``
+        """
+        self._entry().set_progress(fraction, message)
+
+    def update_meta(self, values: Mapping[str, Any]) -> None:
+        """Merge keys into the job's ``meta`` (JSON values, capped like meta at
+        enqueue by ``ConveyorConfig.max_payload_bytes``); written like progress.
+
+        Example: ``current_job().update_meta({"rows_done": 1200})``
+        """
+        self._entry().update_meta(values)
+
+    @property
+    def progress(self) -> float | None:
+        """The fraction this handler last reported (None before the first report)."""
+        reported = self._progress.reported if self._progress is not None else None
+        return None if reported is None else reported[0]
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The job's meta with this attempt's ``update_meta`` merged in."""
+        entry = self._progress
+        return dict(entry.meta if entry is not None and entry.meta is not None
+                    else self.job.meta)
+
+    def _entry(self) -> ProgressEntry:
+        if self._progress is None:
+            self._progress = ProgressEntry(self.job, self._meta_cap)
+        return self._progress
 
     async def wait_shutdown(self, timeout: float | None = None) -> bool:
         """Await the worker's shutdown; True once it started, False after ``timeout``.

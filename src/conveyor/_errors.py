@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._job import Job
 
 
 class ConveyorError(Exception):
@@ -39,6 +43,32 @@ class InvalidStateError(ConveyorError):
 
 class PayloadTooLargeError(ConveyorError, ValueError):
     """A job's JSON payload is over the configured size cap."""
+
+
+class TaskTimedOut(Exception):
+    """The task's own ``timeout=`` ran out (a handler's own TimeoutError is a failure).
+    Raised inside the runtime and recorded as the attempt's error; integrations (Sentry)
+    recognise it."""
+class WorkflowError(ConveyorError, ValueError):
+    """A workflow or a dependency list that cannot be inserted (a cycle, a bad
+    reference, an unknown policy); nothing was written."""
+
+
+class UnknownDependencyError(WorkflowError, LookupError):
+    """A job depends on an id that no job has; nothing was written."""
+
+    def __init__(self, ids: list[int]) -> None:
+        super().__init__(f"unknown dependency job id(s): {', '.join(map(str, ids))}; "
+                         "nothing was written")
+        self.ids = ids
+
+
+class BatchNotFoundError(ConveyorError, LookupError):
+    """No batch has the given id."""
+
+
+class BatchClosedError(InvalidStateError):
+    """Jobs cannot be added to a batch that is closed."""
 
 
 class _JobSignal(Exception):
@@ -107,3 +137,41 @@ class Throttle(_JobSignal):
 THROTTLE_SCOPES = ("node", "queue")
 #: Longest a queue's cool-down grows to by repeated Throttle(scope="queue") (seconds).
 THROTTLE_COOLDOWN_CAP = 600.0
+
+
+class JobFailedError(ConveyorError):
+    """A job someone waited on (``job.wait``, ``app.wait_jobs``) ended without a result.
+
+    ``.job`` is the finished job; the message carries its last error (class, message and
+    traceback), so that the waiter's own traceback shows why the job failed.
+    """
+
+    #: The final state this error stands for ("discarded" or "cancelled").
+    state = ""
+
+    def __init__(self, job: Job, error: dict[str, Any] | None = None) -> None:
+        self.job = job
+        #: The job's last recorded error (a dict with "error" and "traceback"), or None.
+        self.error = error
+        text = f"job {job.id} ({job.task}) was {self.state}"
+        if isinstance(error, dict):
+            text += f": {error.get('error') or 'no error recorded'}"
+            if error.get("traceback"):
+                text += f"\n\nThe job's last traceback:\n{error['traceback']}"
+        super().__init__(text)
+
+
+class JobDiscardedError(JobFailedError):
+    """The awaited job ended ``discarded`` (attempts used up, ``Discard``, an operator)."""
+
+    state = "discarded"
+
+
+class JobCancelledError(JobFailedError):
+    """The awaited job ended ``cancelled`` (``Cancel``, ``app.cancel_job``)."""
+
+    state = "cancelled"
+
+
+class WaitTimeoutError(ConveyorError, TimeoutError):
+    """The awaited job(s) did not finish in time; nothing was changed on them."""

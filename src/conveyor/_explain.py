@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from ._errors import JobNotFoundError
-from ._job import Job, JobState
+from ._job import FINAL_STATES, Job, JobState
 from ._limits import RateLimit
 from ._storage import (
     ConcurrencyHoldersParams,
@@ -109,6 +109,23 @@ async def _limits(task: Task[Any, Any] | None, job: Job, queue: QueueRow | None,
     return out
 
 
+def _and(ids: list[int]) -> str:
+    return ", ".join(map(str, ids[:-1])) + f" and {ids[-1]}" if len(ids) > 1 else str(ids[0])
+
+
+async def _waiting_on(storage: Storage, job: Job) -> str:
+    """A pending job waits on its dependencies not final yet, or on its batch."""
+    deps = await storage.job_dependencies(job.id)
+    waiting = [d.id for d in deps if d.state is not None and JobState(d.state) not in FINAL_STATES]
+    if waiting:
+        noun = "job" if len(waiting) == 1 else "jobs"
+        return f"it is waiting on {noun} {_and(waiting)} (its dependencies) to finish"
+    batch = await storage.batch_waited_on(job.id)
+    if batch is not None:
+        return f"it is a callback waiting for batch {batch} to finish"
+    return "it is pending: waiting to be released by its dependencies"
+
+
 def _unknown_task(job: Job, now: datetime) -> list[str]:
     """A job a worker met without knowing its task waits for one that does (rolling
     deploys); its latest error entry says since when, and when it will be discarded."""
@@ -150,7 +167,9 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
             notes += await _node_notes(storage, job.lease_owner)
         return Explanation(job, settled, notes)
     reasons: list[str] = []
-    if job.state == JobState.SCHEDULED:
+    if job.state == JobState.PENDING:
+        reasons.append(await _waiting_on(storage, job))
+    elif job.state == JobState.SCHEDULED:
         reasons.append(f"it is scheduled for {_in(now, job.scheduled_at)}")
     elif job.state == JobState.RETRYABLE:
         reasons.append(f"it is waiting for its backoff after attempt {job.attempt} failed "

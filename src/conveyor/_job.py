@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 
 class JobState(StrEnum):
@@ -14,6 +14,8 @@ class JobState(StrEnum):
     Example: ``app.list_jobs(state=JobState.DISCARDED)``
     """
 
+    #: Waiting on its dependencies, or a batch callback waiting on its batch.
+    PENDING = "pending"
     SCHEDULED = "scheduled"
     AVAILABLE = "available"
     RUNNING = "running"
@@ -31,7 +33,8 @@ class JobState(StrEnum):
 #: A job in one of these is done: it runs again only if retried.
 FINAL_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.DISCARDED})
 #: States a job waits or runs in; their counts are exact, and are the queue depth.
-ACTIVE_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING, JobState.RETRYABLE)
+ACTIVE_STATES = (JobState.PENDING, JobState.SCHEDULED, JobState.AVAILABLE, JobState.RUNNING,
+                 JobState.RETRYABLE)
 #: States that wait for a time (a delay or a backoff); the stager makes them available.
 STAGED_STATES = (JobState.SCHEDULED, JobState.RETRYABLE)
 #: States a job waits to start in (not yet running, not final).
@@ -40,9 +43,17 @@ WAITING_STATES = (JobState.SCHEDULED, JobState.AVAILABLE, JobState.RETRYABLE)
 RETRYABLE_FROM = (JobState.SCHEDULED, JobState.RETRYABLE, JobState.COMPLETED,
                   JobState.CANCELLED, JobState.DISCARDED)
 #: States an operator may discard or cancel at once from (a running job is asked to stop).
-DISCARDABLE_FROM = WAITING_STATES
+DISCARDABLE_FROM = (JobState.PENDING, *WAITING_STATES)
 #: States that record a failed attempt (the dashboard's failures page).
 FAILED_STATES = (JobState.RETRYABLE, JobState.DISCARDED)
+
+
+class JobWaiter(Protocol):
+    """What a Job's ``wait`` asks: the app that read it (``_app/results.py``)."""
+
+    def wait_job(self, job_id: int, timeout: float | None) -> Job: ...
+
+    async def wait_job_async(self, job_id: int, timeout: float | None) -> Job: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,11 +93,51 @@ class Job:
     #: in ``errors`` carries its own ``node``, ``host``, ``pid`` and ``run_time``.
     ran_on: str | None = None
     run_time: float | None = None
+    #: The workflow (``enqueue_workflow``) and the batch (``batch``) this job belongs to,
+    #: and how many of its dependencies are not final yet (state ``pending`` until 0).
+    workflow_id: str | None = None
+    batch_id: int | None = None
+    deps_pending: int = 0
+    #: What the handler last reported with ``current_job().set_progress`` (a fraction
+    #: in 0..1 and a message), written by its worker every ~0.5 s and at the job's end.
+    progress: float | None = None
+    progress_message: str | None = None
+    #: The app this snapshot was read through, for ``wait``; not part of the record.
+    _waiter: JobWaiter | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def wait(self, timeout: float | None = None) -> Job:
+        """Block until this job is final; the finished job, its ``result`` decoded as
+        the task's return annotation. Raises ``JobDiscardedError``/``JobCancelledError``
+        (with the last error), or ``WaitTimeoutError`` (a ``TimeoutError``) after
+        ``timeout`` seconds, leaving the job as it is. See docs/results.md.
+
+        Example: ``report = build_report.enqueue(7).wait(timeout=60).result``
+        """
+        return self._app_waiter().wait_job(self.id, timeout)
+
+    async def wait_async(self, timeout: float | None = None) -> Job:
+        """Async twin of ``wait``. Example: ``done = await job.wait_async(timeout=60)``"""
+        return await self._app_waiter().wait_job_async(self.id, timeout)
+
+    def __getstate__(self) -> list[Any]:
+        """Pickled without its app: only a process's own app can wait for it."""
+        return [None if f.name == "_waiter" else getattr(self, f.name)
+                for f in dataclasses.fields(self)]
+
+    def _app_waiter(self) -> JobWaiter:
+        if self._waiter is None:
+            raise RuntimeError(
+                f"job {self.id} was not read through an app (built or decoded elsewhere): "
+                "wait on it with app.wait_jobs([job]) or app.get_job(job.id).wait()"
+            )
+        return self._waiter
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-friendly dict (datetimes as ISO strings), used by the CLI's --json."""
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
+            if f.name == "_waiter":
+                continue
             value = getattr(self, f.name)
             if isinstance(value, datetime):
                 value = value.isoformat()

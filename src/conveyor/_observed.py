@@ -18,6 +18,8 @@ from typing import Any, Protocol
 from ._hooks import Hooks, StateChange
 from ._job import Job, JobState
 from ._storage import (
+    Composed,
+    ComposeParams,
     JobAck,
     JobAckManyParams,
     JobBulkParams,
@@ -108,11 +110,31 @@ class ObservedStorage:
             self.hooks.emit_jobs([j for j in jobs if not j.duplicate], None, self.source)
         return jobs
 
+    async def compose(self, params: ComposeParams, connection: Any = None) -> Composed:
+        """Workflows and batches: their jobs' enqueue events. Releases and cancels that a
+        final state causes happen inside the database (the settle trigger): no event."""
+        composed = await self.inner.compose(params, connection)
+        if self.hooks.listeners and connection is None:
+            self.hooks.emit_jobs(composed.jobs, None, self.source)
+        return composed
+
     def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
         jobs = self.inner.job_insert_many_blocking(params)
         if self.hooks.listeners:
             self.hooks.emit_jobs([j for j in jobs if not j.duplicate], None, self.source)
         return jobs
+
+    async def job_insert_ids(self, params: JobInsertManyParams, connection: Any = None
+                             ) -> list[int]:
+        """Only ids: unless someone listens, whose events need the Jobs."""
+        if self.hooks.listeners and connection is None:
+            return [j.id for j in await self.job_insert_many(params)]
+        return await self.inner.job_insert_ids(params, connection)
+
+    def job_insert_ids_blocking(self, params: JobInsertManyParams) -> list[int]:
+        if self.hooks.listeners:
+            return [j.id for j in self.job_insert_many_blocking(params)]
+        return self.inner.job_insert_ids_blocking(params)
 
     # -- the worker's hot path: claims and outcomes ------------------------------------------
 

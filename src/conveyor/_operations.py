@@ -8,6 +8,7 @@ choke point (``_observed.py``) announces each state change as the operator's.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from ._app import Conveyor
+    from ._app.composition import Batch, WorkflowInfo
 
 
 #: What a bulk action changes when its filter names no state: failed jobs (and for a
@@ -58,6 +60,8 @@ BULK_DEFAULT_STATES: dict[str, tuple[JobState, ...]] = {
 BULK_ALLOWED_STATES: dict[str, tuple[JobState, ...]] = {
     "retry": RETRYABLE_FROM, "discard": DISCARDABLE_FROM,
 }
+#: "Cancel workflow" repeats at most this many rounds (each settles what the last released).
+CANCEL_ROUNDS = 5
 
 
 def bulk_states(action: str, named: tuple[JobState, ...]) -> tuple[JobState, ...]:
@@ -244,6 +248,44 @@ class Operations:
             return len(await storage.job_retry_matching(params))
         return len(await storage.job_discard_matching(params))
 
+    # -- workflows and batches ------------------------------------------------------------------
+
+    async def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
+        return await self.app.get_workflow_async(workflow_id)
+
+    async def get_batch(self, batch_id: int) -> Batch | None:
+        return await self.app.get_batch_async(batch_id)
+
+    async def batch_jobs(self, batch_id: int, after_id: int, limit: int) -> list[Job]:
+        """A page of the batch's members in id order (keyset: ids after ``after_id``)."""
+        return await (await self.app.storage()).batch_jobs(batch_id, after_id, limit)
+
+    async def callback_batch(self, job_id: int) -> int | None:
+        """The batch whose callback this job is, if it is one."""
+        return await (await self.app.storage()).batch_waited_on(job_id)
+
+    async def cancel_workflow(self, workflow_id: str) -> int:
+        """Cancel every job of the workflow that is not final yet; how many were changed.
+
+        The jobs that could run (waiting, running) go first, so the database's cascade
+        settles most ``pending`` dependents by itself. Cancelling a dependency releases
+        a dependent whose edge says "run", so more rounds follow until one finds nothing
+        left to cancel."""
+        changed = 0
+        for round_ in range(CANCEL_ROUNDS):
+            info = await self.get_workflow(workflow_id)
+            targets = [j for j in (info.jobs if info is not None else [])
+                       if not j.state.is_final and not j.cancel_requested
+                       and (round_ > 0 or j.state is not JobState.PENDING)]
+            done = 0
+            for job in targets:
+                with contextlib.suppress(JobNotFoundError):  # deleted meanwhile
+                    done += (await self.cancel_job(job.id)).after is not None
+            changed += done
+            if round_ > 0 and not done:
+                break
+        return changed
+
     # -- schedules ------------------------------------------------------------------------------
 
     async def trigger_schedule(self, name: str) -> Job:
@@ -251,5 +293,5 @@ class Operations:
         return await self.app.trigger_schedule_as(name, self.source)
 
 
-__all__ = ["BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "JobAction", "Operations",
-           "bulk_filter", "bulk_states"]
+__all__ = ["BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "CANCEL_ROUNDS", "JobAction",
+           "Operations", "bulk_filter", "bulk_states"]

@@ -224,3 +224,43 @@ async def echo(*args: Any, **kwargs: Any) -> int:
     ledger("start")
     ledger("end")
     return len(args) + len(kwargs)
+
+
+# -- workflows and batches (scenarios 15-17) -----------------------------------------------
+
+
+@app.task(max_attempts=25, backoff=0.05)
+async def gather(results: list[Any] | None = None, tag: str = "") -> int:
+    """A fan-in or batch callback: returns how many results it was handed."""
+    ledger("start")
+    ledger("end")
+    return len(results or [])
+
+
+@app.task(max_attempts=25, backoff=0.05)
+def at_barrier(barrier: str) -> int:
+    """Waits until the file ``barrier`` exists (polling every millisecond), then returns:
+    jobs waiting on one barrier finish within a millisecond or so of each other."""
+    ledger("start")
+    path, job = Path(barrier), current_job()
+    while not path.exists():
+        if job.cancelled:
+            ledger("abort")
+            return -1
+        time.sleep(0.001)
+    ledger("end")
+    return os.getpid()
+
+
+@app.task(max_attempts=25, backoff=0.05)
+async def fail_once_after(barrier: str) -> int:
+    """Waits until the file ``barrier`` exists; its first attempt then fails, the retry
+    completes (a batch's last job, retried to success)."""
+    ledger("start")
+    while not Path(barrier).exists():
+        await asyncio.sleep(0.005)
+    if current_job().attempt == 1:
+        ledger("fail")
+        raise RuntimeError("planned failure of the batch's last job")
+    ledger("end")
+    return os.getpid()

@@ -217,7 +217,8 @@ def execute(url: str, sql: str, params: Sequence[Any] = ()) -> None:
 
 
 def state_counts(url: str) -> dict[str, int]:
-    return {str(s): int(n) for s, n in query(url, "SELECT state, count(*) FROM conveyor_jobs GROUP BY state")}
+    return {str(s): int(n) for s, n in query(
+        url, "SELECT state, count(*) FROM conveyor_jobs_all GROUP BY state")}
 
 
 def all_final(url: str, expected: int | None = None) -> bool:
@@ -344,12 +345,12 @@ class Observer:
         return out
 
     def poll(self) -> None:
-        rows = query(self.url, "SELECT id, state, attempt, result FROM conveyor_jobs"
+        rows = query(self.url, "SELECT id, state, attempt, result FROM conveyor_jobs_all"
                                " WHERE state = 'completed'")
         seen_at = now()  # after the read: each of these completed before this moment
         current = {int(r[0]): (str(r[1]), int(r[2]), _text(r[3])) for r in rows}
         for job_id in [i for i in self.completed if i not in current]:
-            for r in query(self.url, "SELECT id, state, attempt, result FROM conveyor_jobs"
+            for r in query(self.url, "SELECT id, state, attempt, result FROM conveyor_jobs_all"
                                      " WHERE id = %s", [job_id]):
                 current[job_id] = (str(r[1]), int(r[2]), _text(r[3]))
         for job_id, (_, attempt, result) in list(self.completed.items()):

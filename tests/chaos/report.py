@@ -134,6 +134,7 @@ def render(results: list[dict[str, Any]]) -> str:
     lines.append("")
     lines += flow_section([r for r in scenarios if r["scenario"] == 10])
     lines += soak_section([r for r in scenarios if r["scenario"] == 14])
+    lines += composition_section([r for r in scenarios if r["scenario"] in COMPOSITION])
     if models:
         lines += ["## Property-based test of the storage protocol", "",
                   "`tests/test_storage_model.py` drives the storage protocol with a Hypothesis "
@@ -192,6 +193,13 @@ def render(results: list[dict[str, Any]]) -> str:
               "hold up to about two intervals of finished jobs beyond the retention. "
               "`conveyor worker --completed-retention/--discarded-retention` set the "
               "retention from the command line.",
+              "* **A process frozen inside a write** (SIGSTOP, a debugger, a VM pause): on "
+              "SQLite it holds the database's one write lock, so every other worker waits "
+              "until it runs again (no lease can expire meanwhile: rescue is a write too); on "
+              "PostgreSQL it holds the row locks of its open transaction, and the statements "
+              "that need those rows wait. Conveyor keeps its transactions short, so the "
+              "window is small; scenario 4 freezes its worker between writes, where only "
+              "the lease runs out.",
               ""]
     return "\n".join(lines)
 
@@ -225,6 +233,30 @@ def flow_section(rows: list[dict[str, Any]]) -> list[str]:
                        f"**{x.get('max_window')}** ({x.get('max_window_strict')} allowing 50 ms "
                        f"of clock reading); smallest gap {x.get('min_gap_ms')} ms")
         out.append(f"| {r['backend']} | {r['mode']} | {check} | {_cell(figures, 400)} |")
+    return [*out, ""]
+
+
+#: Scenarios of workflows and batches (tests/chaos/test_composition.py).
+COMPOSITION = (15, 16, 17)
+
+
+def composition_section(rows: list[dict[str, Any]]) -> list[str]:
+    """Scenarios 15-17: callbacks (fan-in and batch) expected and run, per backend."""
+    if not rows:
+        return []
+    out = ["## Workflows and batches under faults (scenarios 15-17)", "",
+           "Each callback (a chord's fan-in job, a batch's on_success and on_complete) must "
+           "run exactly once; a batch's on_discard never, when no job of it was discarded.",
+           "", "| # | backend | mode | callbacks | callback runs | lost |",
+           "|---|---|---|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["scenario"], r["backend"])):
+        x = r.get("extra") or {}
+        runs = x.get("callback_runs", "-")
+        if "races" in x:
+            runs = (f"{runs} on workers + {x.get('races_released_once', '-')} of {x['races']} "
+                    "raced releases exactly once")
+        out.append(f"| {r['scenario']} | {r['backend']} | {r['mode']} | {x.get('callbacks', '-')} "
+                   f"| {runs} | {r['lost']} |")
     return [*out, ""]
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from conveyor import Conveyor, Job, JobState
 
+from .._signals import freeze_between_writes
 from . import app as chaos
 from .harness import (
     Cluster,
@@ -212,7 +213,9 @@ def test_sigstop_past_the_lease_then_sigcont(
                 return len({e.job for e in cluster.events() if e.pid == p and e.kind == "start"}) == 5
 
             cluster.wait(all_five, 30, "the first worker to start all five jobs")
-            frozen.send_signal(signal.SIGSTOP)
+            # Frozen inside a write it would hold SQLite's write lock and stall the
+            # rescuer too: freeze it between writes, so that only its leases run out.
+            freeze_between_writes(frozen, db_url)
             rescuer = cluster.start("-c", "5", "--shutdown-timeout", "0.5", lease_ttl=1.0,
                                     heartbeat=0.2)
 

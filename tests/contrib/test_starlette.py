@@ -104,9 +104,9 @@ def stored_jobs(db_url: str) -> int:
     """Jobs in the database, read with the driver (no app, no connection left open)."""
     if db_url.startswith("sqlite"):
         with contextlib.closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
-            return int(conn.execute("SELECT count(*) FROM conveyor_jobs").fetchone()[0])
+            return int(conn.execute("SELECT count(*) FROM conveyor_jobs_all").fetchone()[0])
     with psycopg.connect(db_url) as pg:
-        row = pg.execute("SELECT count(*) FROM conveyor_jobs").fetchone()
+        row = pg.execute("SELECT count(*) FROM conveyor_jobs_all").fetchone()
         return int(row[0]) if row else 0
 
 

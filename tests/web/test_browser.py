@@ -13,13 +13,14 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conveyor import Conveyor, JobState
+from conveyor import Conveyor, Discard, JobState, chain, current_job, group
 from conveyor.web import create_app
 
 from ..conftest import WaitFor
@@ -202,3 +203,162 @@ def test_schedules_workers_and_live_updates(session: tuple[Any, str, Conveyor, S
             Object.defineProperty(document, 'hidden', {configurable: true, get: () => false});
             document.dispatchEvent(new Event('visibilitychange'));
         }""")
+
+
+def test_a_progress_bar_moves_while_a_real_worker_runs_the_job(
+        chromium: Any, db_url: str, wait_for: WaitFor) -> None:
+    """A handler on a real worker advances its progress one step each time the test lets
+    it; the job page's bar (and the jobs list's) follows through the live refresh,
+    without a reload, and shows 100% once the job completed."""
+    app = Conveyor(db_url)
+    steps = [threading.Event() for _ in range(4)]
+
+    @app.task(name="progress_steps")
+    def progress_steps() -> None:
+        for i, step in enumerate(steps):
+            current_job().set_progress(i / 4, f"step {i} of 4")
+            assert step.wait(30)
+        current_job().set_progress(1.0, "done")
+
+    def bar(page: Any, value: str) -> None:
+        page.wait_for_selector(f"#job-progress .job-progress[data-progress='{value}'] progress")
+
+    try:
+        with live_worker(app, queues={"default": 2}), \
+                serve(create_app(app, poll_interval=0.5)) as base:
+            job = progress_steps.enqueue()
+            context = chromium.new_context(viewport={"width": 1280, "height": 860})
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            wait_for(lambda: state_of(app, job.id) is JobState.RUNNING, timeout=15,
+                     message="the job to start")
+            page.goto(f"{base}/jobs/{job.id}")
+            bar(page, "0.0")
+            page.evaluate("window.__sameDocument = true")
+            seen = []
+            for i, step in enumerate(steps[:3]):
+                step.set()
+                bar(page, str((i + 1) / 4))
+                seen.append(page.locator("#job-progress progress").get_attribute("value"))
+                assert f"step {i + 1} of 4" in page.inner_text("#job-progress")
+            assert seen == ["0.25", "0.5", "0.75"]
+            assert page.evaluate("window.__sameDocument") is True, "moved without a reload"
+            page.goto(f"{base}/jobs")
+            row = f"tr[data-job='{job.id}'] .job-progress[data-progress='0.75']"
+            page.wait_for_selector(row)
+            page.goto(f"{base}/jobs/{job.id}")
+            steps[3].set()
+            bar(page, "1.0")
+            page.wait_for_selector("#live .st-completed")
+            assert "100%" in page.inner_text("#job-progress")
+            context.close()
+            assert errors == [], "no script errors and no CSP violations"
+    finally:
+        for step in steps:
+            step.set()
+        app.close()
+
+
+# -- the workflow and batch pages -------------------------------------------------------------
+
+#: The first job of the browser's workflow runs until this is set.
+GATE = threading.Event()
+#: ``flaky`` discards itself until this is set (then a retry succeeds).
+HEAL = threading.Event()
+
+
+def composition_app(url: str) -> Conveyor:
+    app = Conveyor(url)
+
+    @app.task
+    def gated(n: int) -> int:
+        GATE.wait(30)
+        return n
+
+    @app.task
+    def step(n: int) -> int:
+        return n
+
+    @app.task(max_attempts=1)
+    def flaky(n: int) -> int:
+        if not HEAL.is_set():
+            raise Discard(f"not yet {n}")
+        return n
+
+    return app
+
+
+@pytest.fixture
+def composition(chromium: Any, db_url: str) -> Iterator[tuple[Any, str, Conveyor]]:
+    GATE.clear()
+    HEAL.clear()
+    app = composition_app(db_url)
+    try:
+        with live_worker(app, queues={"default": 4}), \
+                serve(create_app(app, poll_interval=0.5)) as base:
+            context = chromium.new_context(viewport={"width": 1280, "height": 860})
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            page.on("dialog", lambda dialog: dialog.accept())
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            try:
+                yield page, base, app
+            finally:
+                GATE.set()
+                context.close()
+            assert errors == [], "no script errors and no CSP violations"
+    finally:
+        app.close()
+
+
+def test_workflow_page_follows_a_running_workflow(composition: tuple[Any, str, Conveyor],
+                                                  tmp_path: Path) -> None:
+    page, base, app = composition
+    t = app.tasks
+    run = app.enqueue_workflow(chain(t["gated"].job(1), group(t["step"].job(2), t["step"].job(3)),
+                                     t["step"].job(4)))
+    first, *rest = (j.id for j in run.jobs)
+    page.goto(f"{base}/workflows/{run.id}")
+    page.evaluate("window.__sameDocument = true")
+    # The worker picks the first job up: its box turns running without a reload.
+    page.wait_for_selector(f"g.node.st-running[data-job='{first}']")
+    assert page.locator("g.node.st-pending").count() == 3
+    assert page.locator("svg.workflow path.edge").count() == 4
+    page.screenshot(path=str(tmp_path / "workflow.png"), full_page=True)
+    GATE.set()
+    for job_id in rest:
+        page.wait_for_selector(f"g.node.st-completed[data-job='{job_id}']")
+    page.wait_for_selector("#workflow-status:has-text('completed')")
+    assert page.evaluate("window.__sameDocument") is True
+    assert {state_of(app, j.id) for j in run.jobs} == {JobState.COMPLETED}
+    # A box links to its job's page, which links back to the workflow.
+    page.click(f"g.node[data-job='{rest[-1]}']")
+    page.wait_for_selector("text=Timeline")
+    page.click("#job-workflow")
+    page.wait_for_url(f"**/workflows/{run.id}")
+
+
+def test_retry_a_discarded_job_from_its_batch_page(composition: tuple[Any, str, Conveyor],
+                                                   wait_for: WaitFor) -> None:
+    page, base, app = composition
+    t = app.tasks
+    batch = app.batch([t["step"].job(1), t["flaky"].job(2)], on_complete=t["step"].job(0))
+    failed = batch.jobs[1].id
+    wait_for(lambda: state_of(app, failed) == JobState.DISCARDED, timeout=20,
+             message="the flaky job to be discarded")
+    page.goto(f"{base}/batches/{batch.id}")
+    page.wait_for_selector(f"tr[data-job='{failed}'][data-state='discarded']")
+    HEAL.set()
+    page.click(f"tr[data-job='{failed}'] button:has-text('Retry')")
+    page.wait_for_selector("text=is back in its queue")
+    assert page.url.endswith(f"/batches/{batch.id}")
+    # The worker runs it again, and the page shows it completed without a reload.
+    page.wait_for_selector(f"tr[data-job='{failed}'][data-state='completed']")
+    found = app.get_batch(batch.id)
+    assert found is not None and (found.completed, found.discarded) == (2, 0)
+    assert page.locator("[data-count='completed'] .value").inner_text() == "2"

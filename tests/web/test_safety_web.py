@@ -19,6 +19,7 @@ from conveyor.cli import cli
 from conveyor.web import BasicAuth, TokenAuth
 
 from ..conftest import WaitFor
+from ..test_postgres_backend_smoke import _allow_connections
 from .conftest import Browser, browser_for
 from .test_security import basic, snapshot
 
@@ -299,7 +300,8 @@ def test_a_state_an_action_cannot_change_is_said_and_changes_nothing(browser: Br
 # -- the database down ---------------------------------------------------------------------
 
 PAGES = ["/", "/queues", "/jobs", "/jobs?state=failed", "/jobs/1", "/failures", "/schedules",
-         "/workers", "/bulk?action=retry&state=failed"]
+         "/workers", "/bulk?action=retry&state=failed",
+         "/workflows/0b7e5f0e-6a55-4a57-9a0c-2f1d2b1c9e11", "/batches/1"]
 FAST_ENOUGH = 3.0
 
 
@@ -320,7 +322,8 @@ def _assert_down_everywhere(b: Browser) -> None:
         assert response.status_code == 503, (path, response.status_code, response.text[:200])
         assert "The database is unreachable" in response.text, path
         assert "Internal Server Error" not in response.text
-    for path in ("/queues/mail/pause", "/jobs/1/retry"):
+    for path in ("/queues/mail/pause", "/jobs/1/retry", "/batches/1/jobs/1/retry",
+                 "/workflows/0b7e5f0e-6a55-4a57-9a0c-2f1d2b1c9e11/cancel"):
         started = time.monotonic()
         response = b.post(path, token=token)
         assert time.monotonic() - started < FAST_ENOUGH
@@ -391,16 +394,7 @@ def _page_ok(b: Browser, path: str) -> bool:
     return bool(b.get(path).status_code == 200)
 
 
-def _cut_off(admin_url: str, name: str, allow: bool) -> None:
-    import psycopg
-    from psycopg import sql
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
-            sql.Identifier(name), sql.SQL("true" if allow else "false")))
-        if not allow:
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+_cut_off = _allow_connections  # ALLOW_CONNECTIONS, and its backends terminated
 
 
 @pytest.mark.postgres

@@ -8,6 +8,8 @@ now) <- ``TestingApp`` (inline mode and drain, for the testing toolkit) <- ``Con
 """
 
 from .app import Conveyor
+from .composition import Batch, Dependency, WorkflowEdge, WorkflowInfo, WorkflowRun
 from .control import QueueInfo, ScheduleInfo, ScheduleNotFoundError
 
-__all__ = ["Conveyor", "QueueInfo", "ScheduleInfo", "ScheduleNotFoundError"]
+__all__ = ["Batch", "Conveyor", "Dependency", "QueueInfo", "ScheduleInfo",
+           "ScheduleNotFoundError", "WorkflowEdge", "WorkflowInfo", "WorkflowRun"]

@@ -3,13 +3,16 @@ the one bridge (``_sync``, a private event loop on a thread)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
 from .._explain import Explanation
 from .._job import Job, JobState
 from .._storage import LeaderRow, Migration, NodeRow
+from .._task import JobSpec
+from .._workflow import Chain, Chord, Group, Workflow
+from .composition import Batch, Dependency, WorkflowInfo, WorkflowRun
 from .control import KEEP, QueueInfo, ScheduleInfo, _Keep
 from .maintenance import DEFAULT_BATCH, OnCount, OnProgress
 from .testing import TestingApp
@@ -42,6 +45,15 @@ class Conveyor(TestingApp):
         return self._sync(self.list_jobs_async(
             state=state, queue=queue, task=task, limit=limit, before_id=before_id))
 
+    def wait_jobs(self, jobs: Sequence[Job | int], timeout: float | None = None, *,
+                  raise_failed: bool = True) -> list[Job]:
+        """Example: ``a, b = app.wait_jobs([job_a, job_b.id], timeout=60)``"""
+        return self._sync(self.wait_jobs_async(jobs, timeout, raise_failed=raise_failed))
+
+    def wait_job(self, job_id: int, timeout: float | None = None) -> Job:
+        """Example: ``app.wait_job(42, timeout=60).result``"""
+        return self._sync(self.wait_job_async(job_id, timeout))
+
     def retry_job(self, job_id: int) -> Job:
         return self._sync(self.retry_job_async(job_id))
 
@@ -57,6 +69,47 @@ class Conveyor(TestingApp):
     def pending_migrations(self) -> list[Migration]:
         """Example: ``[m.name for m in app.pending_migrations()]``"""
         return self._sync(self.pending_migrations_async())
+
+    # -- workflows and batches (the async core is in composition.py) -----------------------
+
+    def enqueue_workflow(self, wf: Workflow | Chain | Group | Chord, *,
+                         connection: Any = None) -> WorkflowRun:
+        """Example: ``run = app.enqueue_workflow(chain(fetch.job(url), parse.job()))``"""
+        if connection is not None:
+            return self._enqueue_workflow_on(wf, connection)
+        return self._sync(self.enqueue_workflow_async(wf))
+
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
+        """Example: ``app.get_workflow(run.id).counts``"""
+        return self._sync(self.get_workflow_async(workflow_id))
+
+    def job_dependencies(self, job_id: int) -> list[Dependency]:
+        """Example: ``app.job_dependencies(current_job().id)[0].result``"""
+        return self._sync(self.job_dependencies_async(job_id))
+
+    def batch(self, jobs: Sequence[JobSpec], *, on_success: JobSpec | None = None,
+              on_complete: JobSpec | None = None, on_discard: JobSpec | None = None,
+              open: bool = False, meta: Mapping[str, Any] | None = None,
+              connection: Any = None) -> Batch:
+        """Example: ``app.batch([a.job(1), a.job(2)], on_complete=report.job())``"""
+        if connection is not None:
+            callbacks = {"on_success": on_success, "on_complete": on_complete,
+                         "on_discard": on_discard}
+            return self._batch_on(jobs, callbacks, open, meta, connection)
+        return self._sync(self.batch_async(jobs, on_success=on_success, on_complete=on_complete,
+                                           on_discard=on_discard, open=open, meta=meta))
+
+    def batch_add(self, batch_id: int, jobs: Sequence[JobSpec]) -> list[Job]:
+        """Example: ``app.batch_add(b.id, [a.job(3)])``"""
+        return self._sync(self.batch_add_async(batch_id, jobs))
+
+    def batch_close(self, batch_id: int) -> Batch:
+        """Example: ``app.batch_close(b.id)``"""
+        return self._sync(self.batch_close_async(batch_id))
+
+    def get_batch(self, batch_id: int) -> Batch | None:
+        """Example: ``app.get_batch(b.id).pending``"""
+        return self._sync(self.get_batch_async(batch_id))
 
     # -- schedules --------------------------------------------------------------------------
 

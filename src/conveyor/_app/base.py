@@ -54,6 +54,7 @@ class AppBase:
         self.clock = clock
         self._storages: dict[asyncio.AbstractEventLoop, ObservedStorage] = {}
         self._opening: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._pipelines: dict[asyncio.AbstractEventLoop, Any] = {}  # jobs.py: enqueue_async
         self._detach: Callable[[], None] = (
             clock.attach(self._clock_write, self._clock_write_async) if clock else lambda: None)
 

@@ -28,7 +28,7 @@ from .._storage import (
 )
 from .._task import Task
 from .._task_retry import parse_queue_backoff
-from .jobs import JobsApp
+from .composition import CompositionApp
 
 
 class _Keep:
@@ -81,7 +81,7 @@ class ScheduleInfo:
     defined_in_code: bool
 
 
-class ControlApp(JobsApp):
+class ControlApp(CompositionApp):
     """Schedules, queue control and the cluster view; see ``Conveyor``."""
 
     # -- schedules --------------------------------------------------------------------------
@@ -138,7 +138,7 @@ class ControlApp(JobsApp):
         insert = schedule_insert(self.tasks, self.config.max_payload_bytes, row, None, None)
         storage = await self.storage_for(source)
         (job,) = await storage.job_insert_many(JobInsertManyParams([insert]))
-        return job
+        return self._bound([job])[0]
 
     async def remove_schedule_async(self, name: str) -> None:
         if name in self.schedules:

@@ -21,7 +21,7 @@ from .. import _payload
 from .._config import WorkerConfig
 from .._errors import InvalidStateError, JobNotFoundError
 from .._job import DISCARDABLE_FROM, Job, JobState
-from .._runtime.pruner import plan_passes
+from .._runtime.pruner import plan_passes, prune_passes
 from .._storage import (
     JobBulkParams,
     JobFilter,
@@ -75,7 +75,7 @@ class MaintenanceApp(ControlApp):
         job = await storage.job_get(JobGetParams(job_id))
         if job is None:  # deleted right after the discard
             raise JobNotFoundError(f"no job with id {job_id}")
-        return job
+        return self._bound([job])[0]
 
     async def delete_job_async(self, job_id: int, *, force: bool = False) -> Job:
         """Delete a job's row, whatever its state; returns the job as it was. A running
@@ -164,14 +164,7 @@ class MaintenanceApp(ControlApp):
         passes = [params] if explicit else plan_passes(params, await storage.queue_list())
         if dry_run:
             return sum([await storage.job_prune_count(one) for one in passes])
-        total = 0
-        for one in passes:
-            while True:
-                deleted = await storage.job_prune(one)
-                total += deleted
-                if deleted < one.limit:
-                    break
-        return total
+        return await prune_passes(storage, passes)
 
     async def rescue_now_async(self, *, dry_run: bool = False, limit: int = 10_000) -> list[Job]:
         """Rescue the jobs whose lease expired (or whose node stopped heartbeating past

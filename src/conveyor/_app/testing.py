@@ -92,6 +92,17 @@ class TestingApp(MaintenanceApp):
             return super().enqueue_many(specs, connection=connection)
         return self._sync(self.enqueue_many_async(specs))
 
+    async def enqueue_many_ids_async(self, specs: Sequence[JobSpec], *,
+                                     connection: Any = None) -> list[int]:
+        if self._inline is None or connection is not None:
+            return await super().enqueue_many_ids_async(specs, connection=connection)
+        return [job.id for job in await self.enqueue_many_async(specs)]
+
+    def enqueue_many_ids(self, specs: Sequence[JobSpec], *, connection: Any = None) -> list[int]:
+        if self._inline is None or connection is not None:
+            return super().enqueue_many_ids(specs, connection=connection)
+        return [job.id for job in self.enqueue_many(specs)]
+
     async def _run_inline(self, jobs: list[Job], options: InlineOptions) -> list[Job]:
         storage = await self._observed()
         runner = InProcessRunner(self.registry, storage)
@@ -112,7 +123,7 @@ class TestingApp(MaintenanceApp):
                 out.append(await storage.job_get(JobGetParams(job.id)) or job)
         finally:
             runner.close()
-        return out
+        return self._bound(out)
 
     # -- drain ------------------------------------------------------------------------------
 

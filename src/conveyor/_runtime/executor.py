@@ -19,9 +19,9 @@ from typing import Any, Literal
 
 from .. import _payload
 from .._context import JobContext, reset_current, set_current
-from .._errors import Cancel, Discard, Snooze, Throttle
+from .._errors import Cancel, Discard, Snooze, TaskTimedOut, Throttle
 from .._job import Job, JobState
-from .._payload_types import ArgumentsError
+from .._payload_types import DEFAULT_CODEC, ArgumentsError
 from .._registry import Registry
 from .._storage import JobAck, make_ack
 from .._task import Task
@@ -35,10 +35,6 @@ StopReason = Literal["cancel", "shutdown", "lost"]
 UNKNOWN_TASK_MIN_DELAY = 1.0
 #: ... growing with the time it has waited, up to this (seconds).
 UNKNOWN_TASK_MAX_DELAY = 60.0
-
-
-class TaskTimedOut(Exception):
-    """The task's own ``timeout=`` ran out (a handler's own TimeoutError is a failure)."""
 
 
 def default_backoff(attempt: int) -> float:
@@ -275,8 +271,8 @@ class Executor:
             # A sync handler returned after being asked to stop.
             return self._after_stop(ex, result)
         return self._ack(
-            ex, JobState.COMPLETED, result_json=_payload.encode_result(result, cfg.max_result_bytes)
-        )
+            ex, JobState.COMPLETED,
+            result_json=_payload.encode_result(result, cfg.max_result_bytes, task.codec))
 
     def _unreadable(self, ex: Execution, task: Task[Any, Any], exc: ArgumentsError) -> JobAck:
         """Arguments that cannot be decoded: discarded when no worker could (a value
@@ -322,7 +318,9 @@ class Executor:
         ``current_job().cancelled`` and returned in answer to the stop (then the job is
         cancelled, or given back at shutdown). A lost lease drops the outcome (the fence
         would refuse it anyway)."""
-        encoded = _payload.encode_result(result, self._registry.config.max_result_bytes)
+        task = self._registry.tasks.get(ex.job.task)
+        encoded = _payload.encode_result(result, self._registry.config.max_result_bytes,
+                                         task.codec if task is not None else DEFAULT_CODEC)
         if ex.stop_reason == "lost" or ex.ctx._cancel.seen():
             return self._stopped(ex, encoded)
         log.info("job returned after a %s was requested; its success stands", ex.stop_reason,

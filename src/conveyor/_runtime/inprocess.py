@@ -36,6 +36,7 @@ from .admission import Admission
 from .cron import CronScheduler
 from .executor import Execution, Executor
 from .producer import Producer
+from .progress import ProgressFlusher
 from .stager import Stager
 
 #: A drain that ran this many attempts is stuck (a job that snoozes for ever?).
@@ -145,6 +146,9 @@ class InProcessRunner:
         self._storage = observed.with_source("worker", node=self.node_id,
                                              attempts=self._executions.get)
         self.executor = Executor(registry, 4, self.node_id)
+        self._max_meta_bytes = registry.config.max_payload_bytes
+        self.progress = ProgressFlusher(
+            self._storage, lambda: [ex.ctx._progress for ex in self._executions.values()], 0.5)
         self._held: list[JobAck] = []
         self.admission = Admission(registry.tasks, self._storage, self._held.append)
         self.stager = Stager(observed.with_source("stager"), 1.0)
@@ -165,11 +169,13 @@ class InProcessRunner:
 
     async def run(self, job: Job) -> Outcome | None:
         """Run a claimed job and write its outcome; None if the fence refused it."""
-        ex = self._executions[job.id] = Execution(job, JobContext(job))
+        ctx = JobContext(job, _meta_cap=self._max_meta_bytes)
+        ex = self._executions[job.id] = Execution(job, ctx)
         try:
             ack = await self.executor.execute(ex)
             if ack is None:
                 return None
+            await self.progress.flush_job(ctx._progress)  # as a worker does: the last report first
             applied = await self._storage.job_ack_many(JobAckManyParams([ack], self.node_id))
         finally:
             self._executions.pop(job.id, None)

@@ -1,4 +1,7 @@
-"""The pruner: deletes old finished jobs, on the leader only.
+"""The pruner: deletes old finished jobs, on the leader only, from the hot table and
+from history (where the archiver moved them). On PostgreSQL it first drops history's
+whole days past the longest retention (``job_history_drop``), then deletes by row what
+a shorter retention allows.
 
 A queue may have a retention of its own (``app.set_queue_retention``, live): its jobs
 are pruned in a pass of their own, with its ages; every other queue's in one pass with
@@ -29,16 +32,37 @@ class Pruner(Service):
     async def run_once(self) -> int:
         if self._leader is not None and not self._leader.is_leader:
             return 0
-        total = 0
-        for params in plan_passes(self._params, await self._storage.queue_list()):
-            for _ in range(100):  # at most 100 batches a pass; the next pass goes on
-                deleted = await self._storage.job_prune(params)
-                total += deleted
-                if deleted < params.limit:
-                    break
+        passes = plan_passes(self._params, await self._storage.queue_list())
+        # at most 100 batches a pass: the next run goes on
+        total = await prune_passes(self._storage, passes, max_batches=100)
         if total:
             log.info("pruned %d finished job(s)", total)
         return total
+
+
+async def prune_passes(storage: Storage, passes: list[JobPruneParams],
+                       max_batches: int | None = None) -> int:
+    """Delete in batches of each pass's ``limit`` until a batch comes back short (or
+    ``max_batches`` per pass); how many jobs were deleted. The pruner and
+    ``app.prune_now`` both prune through this. History's whole days past the longest
+    retention of every pass go first, at once (PostgreSQL drops their partitions)."""
+    total = await storage.job_history_drop(longest(passes)) if passes else 0
+    for params in passes:
+        batches = 0
+        while max_batches is None or batches < max_batches:
+            deleted = await storage.job_prune(params)
+            total += deleted
+            batches += 1
+            if deleted < params.limit:
+                break
+    return total
+
+
+def longest(passes: list[JobPruneParams]) -> JobPruneParams:
+    """The longest completed and discarded ages of all passes: a day of history older
+    than these is past every queue's retention."""
+    return dataclasses.replace(passes[0], completed_age=max(p.completed_age for p in passes),
+                               discarded_age=max(p.discarded_age for p in passes))
 
 
 def plan_passes(default: JobPruneParams, queues: list[QueueRow]) -> list[JobPruneParams]:

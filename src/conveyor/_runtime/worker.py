@@ -24,6 +24,7 @@ from .._registry import Registry
 from .._storage import JobAck, Storage
 from .acker import Acker
 from .admission import Admission
+from .archiver import Archiver
 from .cooldown import Cooldowns
 from .cron import CronScheduler
 from .executor import Execution, Executor
@@ -31,6 +32,7 @@ from .heartbeat import Heartbeat
 from .leader import LeaderElector
 from .metrics import Metrics
 from .producer import Producer
+from .progress import ProgressFlusher
 from .pruner import Pruner
 from .queue_settings import QueueSettings
 from .rescuer import Rescuer
@@ -52,6 +54,7 @@ class Worker:
             storage, registry.hooks)
         self._storage = storage = observed.with_source(
             "worker", node=self.node_id, attempts=self._executions.get)
+        self._meta_cap = registry.config.max_payload_bytes
         self._stopping = asyncio.Event()
         #: Set when draining starts; every running handler sees it on current_job().
         self.shutdown_signal = ShutdownSignal()
@@ -81,6 +84,9 @@ class Worker:
                                    config.heartbeat_interval, config.lease_ttl,
                                    list(registry.tasks), node_ttl=config.node_ttl,
                                    labels=config.labels, version=registry.config.version)
+        self.progress = ProgressFlusher(
+            storage, lambda: [ex.ctx._progress for ex in self._executions.values()],
+            config.progress_interval)
         self.settings = QueueSettings(storage, self.node_id, self.producers,
                                       config.settings_interval, self.executor.queue_backoffs)
         self.cooldowns = Cooldowns(storage, self.producers, config.settings_interval)
@@ -92,15 +98,18 @@ class Worker:
         self.stager = Stager(observed.with_source("stager"), config.stage_interval)
         self.pruner = Pruner(storage, self.leader, config.prune_interval,
                              config.completed_retention, config.discarded_retention)
+        self.archiver = Archiver(storage, self.leader, config.archive_interval,
+                                 config.archive_after)
         self.metrics = Metrics(storage, self.leader, config.metrics_interval,
                                config.metrics_retention, self.acker.drain)
-        return [self.heartbeat, self.settings, self.cooldowns, self.leader, self.cron,
-                self.rescuer, self.stager, self.pruner, self.metrics]
+        return [self.heartbeat, self.progress, self.settings, self.cooldowns, self.leader,
+                self.cron, self.rescuer, self.stager, self.archiver, self.pruner, self.metrics]
 
     # -- executions ----------------------------------------------------------------------
 
     def _start(self, job: Job, producer: Producer) -> None:
-        ex = Execution(job, JobContext(job, _shutdown=self.shutdown_signal))
+        ex = Execution(job, JobContext(job, _shutdown=self.shutdown_signal,
+                                       _meta_cap=self._meta_cap))
         self._executions[job.id] = ex
         ex.task = asyncio.create_task(self._run_execution(ex, producer))
 
@@ -120,6 +129,8 @@ class Worker:
         if ack is None:
             self._executions.pop(ex.job.id, None)
         else:
+            if ex.ctx._progress is not None and self.progress.must_flush(ex.ctx._progress):
+                await self.progress.flush_job(ex.ctx._progress)  # the last report first
             self._push(ack)
 
     def _push(self, ack: JobAck) -> None:

@@ -42,6 +42,7 @@ from .job_types import (
     FailureGroup,
     JobAck,
     JobAckManyParams,
+    JobArchiveParams,
     JobBulkParams,
     JobCancelParams,
     JobChanged,
@@ -59,6 +60,8 @@ from .job_types import (
     JobInsertManyParams,
     JobLease,
     JobListParams,
+    JobProgress,
+    JobProgressManyParams,
     JobPurgeBatch,
     JobPurgeCount,
     JobPurgeParams,
@@ -81,7 +84,7 @@ from .metric_types import (
     MetricTotal,
 )
 from .protocol import Capabilities, Storage
-from .rows import loads, make_ack, make_insert, make_job
+from .rows import fast_constructor, insert_with_arguments, loads, make_ack, make_insert, make_job
 from .schema import (
     DbHealth,
     DbHealthParams,
@@ -92,6 +95,18 @@ from .schema import (
     pending_migrations,
 )
 from .wake import WakeCallback, WakeHub
+from .workflow import ComposeParams
+from .workflow_types import (
+    BatchAddParams,
+    BatchCreateParams,
+    BatchRow,
+    Composed,
+    DependencyRow,
+    EdgeRow,
+    WorkflowDep,
+    WorkflowInsertParams,
+    WorkflowNode,
+)
 
 
 def create_storage(url: str, hub: WakeHub, pool_max_size: int = 10, *,
@@ -121,9 +136,10 @@ def _create(url: str, hub: WakeHub, pool_max_size: int) -> Storage:
             )
         return SQLiteStorage(SQLiteConfig(path=path), hub)
     if scheme in ("postgresql", "postgres"):
-        from .postgres import PostgresConfig, PostgresStorage
+        from .postgres import PostgresStorage, config_from_url
 
-        return PostgresStorage(PostgresConfig(url=url, max_size=pool_max_size), hub)
+        # ?conveyor_pooler=transaction behind PgBouncer; see postgres/connection.py
+        return PostgresStorage(config_from_url(url, pool_max_size), hub)
     raise ValueError(
         f"unsupported database URL {url!r}: expected sqlite:///path.db or postgresql://..."
     )
@@ -131,16 +147,24 @@ def _create(url: str, hub: WakeHub, pool_max_size: int) -> Storage:
 
 __all__ = [
     "BaseStorage",
+    "BatchAddParams",
+    "BatchCreateParams",
+    "BatchRow",
     "Capabilities",
+    "ComposeParams",
+    "Composed",
     "ConcurrencyAcquireParams",
     "ConcurrencyGroup",
     "ConcurrencyHoldersParams",
     "DbHealth",
     "DbHealthParams",
+    "DependencyRow",
     "DepthPoint",
+    "EdgeRow",
     "FailureGroup",
     "JobAck",
     "JobAckManyParams",
+    "JobArchiveParams",
     "JobBulkParams",
     "JobCancelParams",
     "JobChanged",
@@ -159,6 +183,8 @@ __all__ = [
     "JobInsertManyParams",
     "JobLease",
     "JobListParams",
+    "JobProgress",
+    "JobProgressManyParams",
     "JobPruneParams",
     "JobPurgeBatch",
     "JobPurgeCount",
@@ -204,8 +230,13 @@ __all__ = [
     "Storage",
     "WakeCallback",
     "WakeHub",
+    "WorkflowDep",
+    "WorkflowInsertParams",
+    "WorkflowNode",
     "create_storage",
+    "fast_constructor",
     "gcra",
+    "insert_with_arguments",
     "load_migrations",
     "load_queries",
     "loads",

@@ -19,31 +19,15 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from .._errors import unique_held
-from .._job import DISCARDABLE_FROM, RETRYABLE_FROM, STAGED_STATES, Job, JobState
+from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, STAGED_STATES, Job, JobState
 from .clock import testing_queries, virtual_queries
 from .control_types import (
-    ConcurrencyHoldersParams,
     JobCountAheadParams,
     JobPruneParams,
-    LeaderGetParams,
-    LeaderResignParams,
-    LeaderRow,
-    NodeDeleteParams,
-    NodeListParams,
-    NodeRow,
-    NodeUpsertParams,
-    QueueRow,
-    QueueUpdateParams,
-    RateLimitGetParams,
-    ScheduleAdvanceParams,
-    ScheduleDeleteParams,
-    ScheduleRow,
-    ScheduleSetPausedParams,
-    ScheduleUpsertParams,
 )
-from .cooldown_types import QueueCooldownClearParams, QueueCooldownRaiseParams, QueueCooldownRow
 from .job_types import (
     FailureGroup,
+    JobArchiveParams,
     JobBulkParams,
     JobCancelParams,
     JobChanged,
@@ -66,15 +50,8 @@ from .job_types import (
     StagedJob,
     StateCount,
 )
-from .metric_types import (
-    DepthPoint,
-    MetricPoint,
-    MetricsDepthSampleParams,
-    MetricsSeriesParams,
-    MetricTotal,
-)
 from .protocol import Capabilities
-from .rows import job_from_row, leader_row, node_row, queue_row, schedule_row, ts
+from .rows import job_from_row, jobs_from_rows, ts
 from .schema import load_queries
 from .wake import WakeCallback, WakeHub
 
@@ -100,7 +77,8 @@ class BaseStorage(ABC):
     def __init__(self, hub: WakeHub, poll_interval: float) -> None:
         self._hub = hub
         self._q = load_queries(self.dialect)
-        self._capabilities = Capabilities(dialect=self.dialect, poll_interval=poll_interval)
+        self._capabilities = Capabilities(dialect=self.dialect, poll_interval=poll_interval,
+                                          remote_finish_wakes=not self.wake_locally)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -130,6 +108,14 @@ class BaseStorage(ABC):
         """Pick up to ``params.limit`` jobs in ``allowed`` states matching the filter and
         apply ``update`` to them, in one transaction; the jobs it changed."""
 
+    @abstractmethod
+    async def _move(self, pick: str, then: Sequence[str],
+                    values: Mapping[str, Any]) -> tuple[list[Row], list[Row]]:
+        """In one write transaction: run ``pick`` (its rows have an ``id``), then each of
+        ``then`` with those ids as ``ids``; the picked rows and the last statement's rows
+        (nothing runs after an empty pick). Rows move between the hot table and history
+        this way."""
+
     # -- helpers -------------------------------------------------------------------------
 
     def _woke(self, queues: Iterable[str]) -> None:
@@ -138,14 +124,31 @@ class BaseStorage(ABC):
             for queue in set(queues):
                 self._hub.notify(queue)
 
+    def _finished(self) -> None:
+        """Jobs reached a final state: wake this process's waiters (where statements
+        do not NOTIFY). Nobody waiting costs one attribute read."""
+        if self.wake_locally and self._hub.finished.has_subscribers:
+            self._hub.finished.notify("")
+
     def _jobs(self, rows: Iterable[Row]) -> list[Job]:
-        return [job_from_row(r, self.json_text) for r in rows]
+        """Decoded in one pass (column positions and timestamps worked out once, not per
+        row): a workflow page reads 10,000 rows at a time."""
+        rows = list(rows)
+        if not rows:
+            return []
+        columns = list(rows[0].keys())
+        values = ([list(r.values()) for r in rows] if isinstance(rows[0], dict)
+                  else [tuple(r) for r in rows])
+        return jobs_from_rows(columns, values, self.json_text)
 
     def _one(self, rows: list[Row]) -> Job | None:
         return job_from_row(rows[0], self.json_text) if rows else None
 
     def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         return self._hub.subscribe(callback)
+
+    def finish_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        return self._hub.finished.subscribe(callback)
 
     # -- jobs ----------------------------------------------------------------------------
 
@@ -154,6 +157,7 @@ class BaseStorage(ABC):
         ids = [r["id"] for r in await self._write("job_rescue_expired", values)]
         if ids:
             self._woke(["*"])
+            self._finished()
         return ids
 
     async def job_stage_due(self, params: JobStageDueParams) -> list[StagedJob]:
@@ -174,8 +178,15 @@ class BaseStorage(ABC):
         return self._jobs(await self._read("job_list", values))
 
     async def job_retry(self, params: JobRetryParams) -> Job | None:
+        """In the hot table, else moved back from history with its id and retried in the
+        same transaction. A job the archiver is moving right now is locked by it: the
+        hot update then finds no row, and the history step (a new snapshot) finds it."""
         try:
             job = self._one(await self._write("job_retry", {"id": params.id}))
+            if job is None:
+                job = self._one((await self._move(
+                    "job_history_pick", (*_RESTORE, "job_retry"),
+                    {"id": params.id, **self._ids([params.id])}))[1])
         except self.unique_violation:  # the unique index: another live job holds the key
             raise unique_held(params.id) from None
         if job is not None:
@@ -183,32 +194,44 @@ class BaseStorage(ABC):
         return job
 
     async def job_cancel(self, params: JobCancelParams) -> Job | None:
-        return self._one(await self._write("job_cancel", {"id": params.id}))
+        job = self._one(await self._write("job_cancel", {"id": params.id}))
+        if job is not None and job.state.is_final:
+            self._finished()
+        return job
 
     async def job_count_by_state(self, params: JobCountByStateParams) -> dict[str, int]:
         rows = await self._read("job_count_by_state", {"queue": params.queue})
         return {r["state"]: int(r["n"]) for r in rows}
 
     async def job_delete_by_queue(self, queue: str) -> int:
-        return int((await self._write("job_delete_by_queue", {"queue": queue}))[0]["n"])
+        hot = int((await self._write("job_delete_by_queue", {"queue": queue}))[0]["n"])
+        return hot + int((await self._write("job_history_delete_by_queue",
+                                            {"queue": queue}))[0]["n"])
 
     async def job_count_ahead(self, params: JobCountAheadParams) -> int:
         return int((await self._read("job_count_ahead", {"id": params.id}))[0]["n"])
 
     async def job_prune(self, params: JobPruneParams) -> int:
-        deleted = await self._write("job_prune", {
+        """One batch from each table: hot keeps finished rows that hold a unique claim
+        (or wait for the archiver), history the rest."""
+        values = {
             "completed_age": params.completed_age, "discarded_age": params.discarded_age,
             "limit": params.limit, "queue": params.queue,
             "exclude": json.dumps(list(params.exclude_queues)),
-        })
+        }
+        deleted = len(await self._write("job_prune", values))
+        deleted += len(await self._write("job_history_prune", values))
         await self._write("node_prune", {"age": params.node_age})
         await self._write("rate_limit_prune", {"age": params.node_age})
-        return len(deleted)
+        return deleted
 
     # -- maintenance: delete one job, purge many (<dialect>/sql/maintenance.sql) ---------
 
     async def job_delete(self, job_id: int, *, force: bool = False) -> Job | None:
-        return self._one(await self._write("job_delete", {"id": job_id, "force": force}))
+        job = self._one(await self._write("job_delete", {"id": job_id, "force": force}))
+        if job is None:  # finished and archived (history holds no running job)
+            job = self._one(await self._write("job_history_delete", self._ids([job_id])))
+        return job
 
     def _purge_values(self, params: JobPurgeParams) -> dict[str, Any]:
         flt = self._filter_values(JobFilter(states=params.states))
@@ -231,6 +254,7 @@ class BaseStorage(ABC):
             return JobPurgeBatch([], None)
         values["ids"] = self._filter_values(JobFilter(ids=tuple(picked)))["ids"]
         rows = await self._write("job_purge_ids", values)
+        rows += await self._write("job_history_purge_ids", values)
         deleted = changed_jobs(rows, {int(r["id"]) for r in rows})
         return JobPurgeBatch(deleted, picked[-1] if len(picked) == params.limit else None)
 
@@ -280,106 +304,43 @@ class BaseStorage(ABC):
 
     async def job_retry_matching(self, params: JobBulkParams) -> list[JobChanged]:
         changed = await self._change_matching(params, RETRYABLE_FROM, "job_retry_ids", {})
+        if len(changed) < params.limit:  # then finished jobs in history, moved back
+            values = {**self._filter_values(params.filter), "limit": params.limit - len(changed),
+                      "allowed": self._filter_values(JobFilter(states=_FINAL))["states"]}
+            picked, done = await self._move("job_history_pick_matching",
+                                            (*_RESTORE, "job_retry_ids"), values)
+            changed += changed_jobs(picked, {r["id"] for r in done})
         self._woke(c.queue for c in changed)
         return changed
 
     async def job_discard_matching(self, params: JobBulkParams) -> list[JobChanged]:
-        return await self._change_matching(params, DISCARDABLE_FROM, "job_discard_ids",
-                                           {"error": params.error_json})
+        changed = await self._change_matching(params, DISCARDABLE_FROM, "job_discard_ids",
+                                              {"error": params.error_json})
+        if changed:
+            self._finished()
+        return changed
 
     async def job_count_running_by_node(self) -> dict[str, int]:
         rows = await self._read("job_count_running_by_node", {})
         return {r["node"]: int(r["n"]) for r in rows if r["node"] is not None}
 
-    # -- nodes, queues, leadership, schedules, limits -------------------------------------
+    # -- history (<dialect>/sql/history.sql) -------------------------------------------------
 
-    async def node_upsert(self, params: NodeUpsertParams) -> None:
-        values = dataclasses.asdict(params)
-        values["queues"] = values.pop("queues_json")
-        values["tasks"] = values.pop("tasks_json")
-        values["labels"] = values.pop("labels_json")
-        await self._write("node_upsert", values)
+    def _ids(self, ids: Sequence[int]) -> dict[str, Any]:
+        return {"ids": self._filter_values(JobFilter(ids=tuple(ids)))["ids"]}
 
-    async def node_delete(self, params: NodeDeleteParams) -> None:
-        await self._write("node_delete", {"id": params.id})
+    async def job_archive(self, params: JobArchiveParams) -> int:
+        picked, _ = await self._move("job_archive_pick", ("job_archive_copy", "job_archive_delete"),
+                                     {"after": params.after, "limit": params.limit})
+        return len(picked)
 
-    async def node_list(self, params: NodeListParams) -> list[NodeRow]:
-        rows = await self._read("node_list", {"live_within": params.live_within})
-        return [node_row(r, self.json_text) for r in rows]
+    async def job_history_prepare(self, days: int) -> int:
+        return int((await self._write("job_history_prepare", {"days": days}))[0]["n"])
 
-    async def clock_now(self) -> datetime:
-        now = ts((await self._read("clock_now", {}))[0]["now"])
-        assert now is not None
-        return now
-
-    async def queue_list(self) -> list[QueueRow]:
-        return [queue_row(r) for r in await self._read("queue_list", {})]
-
-    async def queue_update(self, params: QueueUpdateParams) -> None:
-        await self._write("queue_update", dataclasses.asdict(params))
-
-    async def leader_get(self, params: LeaderGetParams) -> LeaderRow | None:
-        rows = await self._read("leader_get", {"name": params.name})
-        return leader_row(rows[0]) if rows else None
-
-    async def leader_resign(self, params: LeaderResignParams) -> None:
-        await self._write("leader_resign", dataclasses.asdict(params))
-
-    async def schedule_upsert(self, params: ScheduleUpsertParams) -> None:
-        values = dataclasses.asdict(params)
-        values["args"], values["kwargs"] = values.pop("args_json"), values.pop("kwargs_json")
-        await self._write("schedule_upsert", values)
-
-    async def schedule_list(self) -> list[ScheduleRow]:
-        return [schedule_row(r, self.json_text) for r in await self._read("schedule_list", {})]
-
-    async def schedule_set_paused(self, params: ScheduleSetPausedParams) -> bool:
-        return bool(await self._write("schedule_set_paused", dataclasses.asdict(params)))
-
-    async def schedule_advance(self, params: ScheduleAdvanceParams) -> None:
-        values = {"name": params.name, "tick": self._time(params.tick), "job_id": params.job_id}
-        await self._write("schedule_advance", values)
-
-    async def schedule_delete(self, params: ScheduleDeleteParams) -> bool:
-        return bool(await self._write("schedule_delete", {"name": params.name}))
-
-    async def rate_limit_get(self, params: RateLimitGetParams) -> float | None:
-        rows = await self._read("rate_limit_get", {"key": params.key})
-        return float(rows[0]["tat"]) if rows else None
-
-    async def job_concurrency_holders(self, params: ConcurrencyHoldersParams) -> list[int]:
-        return [r["id"] for r in await self._read("concurrency_holders", {"key": params.key})]
-
-    # -- queue cool-downs (Throttle(scope="queue")) ---------------------------------------
-
-    async def queue_cooldown_raise(self, params: QueueCooldownRaiseParams) -> QueueCooldownRow:
-        rows = await self._write("queue_cooldown_raise", {
-            "queue": params.queue, "seconds": float(params.seconds), "cap": float(params.cap)})
-        return _cooldown_row(rows[0])
-
-    async def queue_cooldown_list(self) -> list[QueueCooldownRow]:
-        return [_cooldown_row(r) for r in await self._read("queue_cooldown_list", {})]
-
-    async def queue_cooldown_clear(self, params: QueueCooldownClearParams) -> bool:
-        return bool(await self._write("queue_cooldown_clear", {"queue": params.queue}))
-
-    # -- metrics -----------------------------------------------------------------------------
-
-    async def metrics_series(self, params: MetricsSeriesParams) -> list[MetricPoint]:
-        rows = await self._read("metrics_series", {"since": params.since, "queue": params.queue})
-        return [MetricPoint(float(r["bucket"]), r["queue"], r["metric"], float(r["value"]))
-                for r in rows]
-
-    async def metrics_totals(self) -> list[MetricTotal]:
-        rows = await self._read("metrics_totals", {})
-        return [MetricTotal(r["queue"], r["task"], r["metric"], float(r["value"])) for r in rows]
-
-    async def metrics_depth_sample(self, params: MetricsDepthSampleParams) -> None:
-        await self._write("metrics_depth_sample", {"bucket": params.bucket})
-
-    async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]:
-        rows = await self._read("metrics_depth_series", {"since": params.since})
-        return [DepthPoint(float(r["bucket"]), r["queue"], r["state"], int(r["n"])) for r in rows]
+    async def job_history_drop(self, params: JobPruneParams) -> int:
+        rows = await self._write("job_history_drop", {"completed_age": params.completed_age,
+                                                      "discarded_age": params.discarded_age})
+        return int(rows[0]["n"]) if rows else 0
 
     # -- the testing toolkit (conveyor.testing; statements in <dialect>/testing.sql) ------
 
@@ -400,12 +361,12 @@ class BaseStorage(ABC):
         stored one (another process may have advanced it); the offset in force."""
         self._testing_sql()
         await self._write("clock_create", {})
-        return float((await self._write("clock_join", {"offset": offset}))[0]["offset_seconds"])
+        return float((await self._write("clock_raise", {"offset": offset}))[0]["offset_seconds"])
 
     async def clock_set(self, offset: float) -> float:
         """Advance the stored offset to ``offset`` (never back); the offset in force."""
         self._testing_sql()
-        return float((await self._write("clock_set", {"offset": offset}))[0]["offset_seconds"])
+        return float((await self._write("clock_raise", {"offset": offset}))[0]["offset_seconds"])
 
     async def job_claim_one(self, params: JobClaimOneParams) -> Job | None:
         self._testing_sql()
@@ -422,12 +383,11 @@ class BaseStorage(ABC):
         return staged
 
 
-def _cooldown_row(r: Row) -> QueueCooldownRow:
-    until, raised = ts(r["cool_until"]), ts(r["raised_at"])
-    assert until is not None and raised is not None
-    return QueueCooldownRow(queue=r["queue"], cool_until=until, seconds=float(r["seconds"]),
-                            streak=int(r["streak"]), raised_at=raised,
-                            remaining=float(r["remaining"]))
+#: Moving jobs back from history to the hot table, after a pick: copy, then delete.
+_RESTORE = ("job_history_restore", "job_history_delete")
+#: The states history holds.
+_FINAL = tuple(sorted(FINAL_STATES))
+
 
 
 def changed_jobs(picked: Iterable[Row], done: set[int]) -> list[JobChanged]:

@@ -91,6 +91,23 @@ class JobHeartbeatResult:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class JobProgress:
+    """One running attempt's latest progress, fenced by its lease: ``progress`` None
+    keeps the stored fraction and message, ``meta_json`` None keeps the stored meta."""
+
+    id: int
+    lease_token: int
+    progress: float | None
+    message: str | None
+    meta_json: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobProgressManyParams:
+    entries: Sequence[JobProgress]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class JobRescueExpiredParams:
     limit: int = 1000
     #: Jobs of a node whose heartbeat is older than this are rescued too; None uses each
@@ -151,6 +168,15 @@ class JobListParams:
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobRetryParams:
     id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobArchiveParams:
+    """One batch of the archiver: up to ``limit`` jobs finished ``after`` seconds ago or
+    more move from the hot table to history."""
+
+    after: float = 0.0
+    limit: int = 5000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from .cooldown_types import QueueCooldownClearParams, QueueCooldownRaiseParams, 
 from .job_types import (
     FailureGroup,
     JobAckManyParams,
+    JobArchiveParams,
     JobBulkParams,
     JobCancelParams,
     JobChanged,
@@ -55,6 +56,7 @@ from .job_types import (
     JobHeartbeatResult,
     JobInsertManyParams,
     JobListParams,
+    JobProgressManyParams,
     JobPurgeBatch,
     JobPurgeCount,
     JobPurgeParams,
@@ -77,6 +79,8 @@ from .metric_types import (
 )
 from .schema import DbHealth, DbHealthParams, MigrateParams, Migration
 from .wake import WakeCallback
+from .workflow import ComposeParams
+from .workflow_types import BatchRow, Composed, DependencyRow, EdgeRow
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -86,6 +90,9 @@ class Capabilities:
     dialect: str
     #: How often idle producers poll when no wake-up arrives.
     poll_interval: float
+    #: Jobs finished by other processes wake this one's waiters (PostgreSQL's NOTIFY);
+    #: False: only this process's writes do, and waiters poll for the rest (SQLite).
+    remote_finish_wakes: bool = False
 
 
 class Storage(Protocol):
@@ -114,12 +121,25 @@ class Storage(Protocol):
         """``job_insert_many`` for a synchronous caller on any thread, without an event
         loop in between (the sync API's path once the storage is open)."""
 
+    async def job_insert_ids(
+        self, params: JobInsertManyParams, connection: Any = None
+    ) -> list[int]:
+        """``job_insert_many`` returning only the ids, in input order (an existing
+        job's id for a unique duplicate): no Job is built for a batch without unique keys."""
+
+    def job_insert_ids_blocking(self, params: JobInsertManyParams) -> list[int]:
+        """``job_insert_ids`` for a synchronous caller, as ``job_insert_many_blocking``."""
+
     async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]: ...
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         """Apply fenced outcomes; return the ids whose write applied."""
 
     async def job_heartbeat_many(self, params: JobHeartbeatManyParams) -> JobHeartbeatResult: ...
+
+    async def job_progress_many(self, params: JobProgressManyParams) -> list[int]:
+        """Write running jobs' progress (one statement or transaction), fenced by the
+        lease; return the ids whose write applied."""
 
     async def job_rescue_expired(self, params: JobRescueExpiredParams) -> list[int]: ...
 
@@ -145,6 +165,10 @@ class Storage(Protocol):
 
     def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Call ``callback`` when jobs may have become ready; returns an unsubscribe."""
+
+    def finish_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        """Call ``callback`` when jobs may have reached a final state (``job.wait``);
+        returns an unsubscribe. Called from any thread, maybe for jobs of no interest."""
 
     # -- cluster control (<dialect>/sql/control.sql) -----------------------------------
 
@@ -197,7 +221,22 @@ class Storage(Protocol):
     async def job_count_ahead(self, params: JobCountAheadParams) -> int: ...
 
     async def job_prune(self, params: JobPruneParams) -> int:
-        """Delete one bounded batch of old finished jobs (and stale nodes); return count."""
+        """Delete one bounded batch of old finished jobs (and stale nodes), from the hot
+        table and from history; return count."""
+
+    # -- history (<dialect>/sql/history.sql) ------------------------------------------------
+
+    async def job_archive(self, params: JobArchiveParams) -> int:
+        """Move one batch of finished jobs from the hot table to history (one
+        transaction); how many moved. Rows holding a unique claim stay."""
+
+    async def job_history_prepare(self, days: int) -> int:
+        """Make history's day partitions for today and ``days`` more (PostgreSQL; SQLite
+        has none); how many were made."""
+
+    async def job_history_drop(self, params: JobPruneParams) -> int:
+        """Drop history's whole days older than ``params``' ages, per state class
+        (PostgreSQL partitions; SQLite prunes by row); how many jobs they held."""
 
     # -- one-off maintenance (<dialect>/sql/maintenance.sql) ------------------------------
 
@@ -257,6 +296,34 @@ class Storage(Protocol):
     async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]: ...
 
     async def metrics_prune(self, params: MetricsPruneParams) -> int: ...
+
+    # -- workflows and batches (composition.py; settled by migration 0010's triggers) ----
+
+    async def compose(self, params: ComposeParams, connection: Any = None) -> Composed:
+        """Insert a workflow, a batch or a batch's new members in one transaction (the
+        caller's when ``connection`` is given); unknown dependency ids raise, writing
+        nothing; BatchNotFoundError / BatchClosedError for a batch that takes no jobs."""
+
+    def compose_sync(self, params: ComposeParams, connection: Any) -> Composed:
+        """The same on the caller's own sync connection, on the caller's thread."""
+
+    async def batch_close(self, batch_id: int) -> BatchRow | None: ...
+
+    async def batch_get(self, batch_id: int) -> BatchRow | None: ...
+
+    async def workflow_jobs(self, workflow_id: str) -> list[Job]: ...
+
+    async def batch_jobs(self, batch_id: int, after_id: int, limit: int) -> list[Job]:
+        """A page of a batch's members in id order, after ``after_id`` (the dashboard)."""
+
+    async def workflow_edges(self, workflow_id: str) -> list[EdgeRow]: ...
+
+    async def job_dependencies(self, job_id: int) -> list[DependencyRow]: ...
+
+    async def job_dependents(self, job_id: int) -> list[int]: ...
+
+    async def batch_waited_on(self, job_id: int) -> int | None:
+        """The batch a callback job waits for; None for any other job."""
 
     # -- the testing toolkit (<dialect>/testing.sql, loaded on first use) ----------------
 

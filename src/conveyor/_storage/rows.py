@@ -70,9 +70,37 @@ def fast_constructor(cls: type[T]) -> Callable[..., T]:
     return cls  # pragma: no cover
 
 
+def fast_replacer(cls: type[T], *names: str) -> Callable[..., T]:
+    """``dataclasses.replace(obj, name=value, ...)`` for the ``names`` given positionally,
+    at the cost of ``fast_constructor`` (checked once: falls back to ``replace``)."""
+    fields = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    twin = type(f"_{cls.__name__}Twin", (), {"__slots__": cls.__slots__})  # type: ignore[attr-defined]
+    env: dict[str, Any] = {"_new": object.__new__, "_Twin": twin, "_Cls": cls}
+    source = (f"def replace(_obj, {', '.join(names)}):\n    o = _new(_Twin)\n"
+              + "".join(f"    o.{f} = {f if f in names else '_obj.' + f}\n" for f in fields)
+              + "    o.__class__ = _Cls\n    return o\n")
+
+    def slow(obj: T, *values: Any) -> T:
+        return dataclasses.replace(obj, **dict(zip(names, values, strict=True)))  # type: ignore[type-var]
+
+    try:
+        exec(source, env)  # generated from the class's own fields, so it follows the model
+        sample = cls(**{f: f"x{i}" for i, f in enumerate(fields)})
+        values = [f"y{i}" for i in range(len(names))]
+        if env["replace"](sample, *values) == slow(sample, *values):
+            replacer: Callable[..., T] = env["replace"]
+            return replacer
+    except Exception:  # pragma: no cover - a model this trick cannot mirror
+        pass
+    return slow  # pragma: no cover
+
+
 make_job: Callable[..., Job] = fast_constructor(Job)
 make_insert: Callable[..., JobInsert] = fast_constructor(JobInsert)
 make_ack: Callable[..., JobAck] = fast_constructor(JobAck)
+#: A JobInsert like another but with other arguments: ``(insert, args_json, kwargs_json)``.
+insert_with_arguments: Callable[..., JobInsert] = fast_replacer(
+    JobInsert, "args_json", "kwargs_json")
 
 
 _scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
@@ -135,6 +163,8 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
                                                           "lease_expires_at", "cancel_requested"))
     i_ukey, i_ckey = at["unique_key"], at["concurrency_key"]
     i_ran, i_run = at.get("ran_on"), at.get("run_time")  # schema 6
+    i_wf, i_batch, i_deps = at.get("workflow_id"), at.get("batch_id"), at.get("deps_pending")
+    i_prog, i_pmsg = at.get("progress"), at.get("progress_message")  # schema 11
     return [
         make_job(id=r[i_id], task=r[i_task], queue=r[i_queue], args=js(r[i_args]),
                  kwargs=js(r[i_kwargs]), priority=r[i_prio], state=STATES[r[i_state]],
@@ -146,7 +176,12 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
                  cancel_requested=bool(r[i_cancel]), unique_key=r[i_ukey],
                  concurrency_key=r[i_ckey],
                  ran_on=None if i_ran is None else r[i_ran],
-                 run_time=None if i_run is None else r[i_run])
+                 run_time=None if i_run is None else r[i_run],
+                 workflow_id=None if i_wf is None else r[i_wf],
+                 batch_id=None if i_batch is None else r[i_batch],
+                 deps_pending=0 if i_deps is None else r[i_deps],
+                 progress=None if i_prog is None else r[i_prog],
+                 progress_message=None if i_pmsg is None else r[i_pmsg])
         for r in rows
     ]
 
@@ -235,14 +270,19 @@ def plain_completed(ack: JobAck) -> bool:
 def jobs_from_inserts(inserts: Sequence[JobInsert], ids: Sequence[int], states: Sequence[str],
                       scheduled: Sequence[Any], created: Sequence[Any]) -> list[Job]:
     """The Jobs a plain insert wrote, from what was sent and what the database assigned
-    (ids, states, due and creation times), without reading the rows back."""
+    (ids, states, due and creation times), without reading the rows back. The empty
+    JSON values most jobs carry are made here, without a call to ``loads``."""
     ts = Timestamps()
     return [
         make_job(id=job_id, task=j.task, queue=j.queue, args=loads(j.args_json),
-                 kwargs=loads(j.kwargs_json), priority=j.priority, state=STATES[state],
-                 attempt=0, max_attempts=j.max_attempts, scheduled_at=ts(due),
-                 created_at=ts(made), errors=[], tags=loads(j.tags_json),
-                 meta=loads(j.meta_json), concurrency_key=j.concurrency_key)
+                 kwargs={} if j.kwargs_json == "{}" else loads(j.kwargs_json),
+                 priority=j.priority, state=STATES[state], attempt=0,
+                 max_attempts=j.max_attempts,
+                 scheduled_at=due if type(due) is datetime else ts(due),
+                 created_at=made if type(made) is datetime else ts(made), errors=[],
+                 tags=[] if j.tags_json == "[]" else loads(j.tags_json),
+                 meta={} if j.meta_json == "{}" else loads(j.meta_json),
+                 concurrency_key=j.concurrency_key)
         for j, job_id, state, due, made in zip(inserts, ids, states, scheduled, created,
                                                strict=True)
     ]

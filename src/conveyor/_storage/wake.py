@@ -21,6 +21,19 @@ class WakeHub:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._subscribers: list[WakeCallback] = []
+        self._finished: WakeHub | None = None
+
+    @property
+    def finished(self) -> WakeHub:
+        """A second hub, apart from the queue wake-ups: jobs reached a final state (what
+        ``job.wait`` listens to), so that producers are never woken by completions."""
+        hub = self._finished  # the hot path (every ack batch on SQLite): no lock
+        if hub is not None:
+            return hub
+        with self._lock:
+            if self._finished is None:
+                self._finished = WakeHub()
+            return self._finished
 
     def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         with self._lock:

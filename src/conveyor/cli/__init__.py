@@ -16,6 +16,7 @@ import click
 
 from .. import __version__
 from ._base import CONTEXT, EPILOG, EXIT_CODES, EXIT_OK, ConveyorGroup
+from .batches import batches
 from .bench import bench
 from .dashboard import dashboard_cmd
 from .demo import demo
@@ -27,6 +28,7 @@ from .queues import queues
 from .schedules import schedules
 from .status import check_cmd, status_cmd
 from .worker import worker
+from .workflows import workflows
 
 
 @click.group(cls=ConveyorGroup, context_settings=CONTEXT, epilog=EPILOG)
@@ -39,7 +41,7 @@ def cli() -> None:
 
 
 for command in (migrate, enqueue, jobs, worker, demo, bench, queues, schedules,
-                dashboard_cmd, check_cmd, status_cmd, prune, rescue):
+                dashboard_cmd, check_cmd, status_cmd, prune, rescue, workflows, batches):
     cli.add_command(command)
 
 

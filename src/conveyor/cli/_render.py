@@ -50,6 +50,7 @@ def safe_json(doc: str) -> str:
 
 
 STATE_STYLES: dict[str, str] = {
+    "pending": "bright_black",
     "scheduled": "cyan",
     "available": "blue",
     "running": "yellow",

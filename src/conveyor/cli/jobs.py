@@ -9,6 +9,7 @@ through ``_render.safe`` and jobs through the dashboard's redaction rule
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import click
 from rich import box
@@ -17,7 +18,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .._app import Conveyor
+from .._app import Conveyor, Dependency
 from .._job import Job
 from .._redact import redact_secrets
 from ._base import (
@@ -140,10 +141,13 @@ def detail_table(job: Job) -> Table:
     grid.add_column(style="bold")
     grid.add_column()
     for key, value in job.to_dict().items():
-        if key == "errors":
-            continue
-        if key == "state":
-            rendered: RenderableType = state_text(job.state)
+        if key in ("errors", "progress_message"):
+            continue  # errors get panels; the message shares the progress line
+        rendered: RenderableType
+        if key == "progress":
+            rendered = plain(progress_line(job))
+        elif key == "state":
+            rendered = state_text(job.state)
         elif isinstance(value, list | dict):
             text = json.dumps(value, indent=2, default=str, ensure_ascii=False)
             rendered = Text(safe(text, multiline=True))
@@ -151,6 +155,15 @@ def detail_table(job: Job) -> Table:
             rendered = plain("-" if value is None else value)
         grid.add_row(key, rendered)
     return grid
+
+
+def progress_line(job: Job, width: int = 20) -> str:
+    """``[#########-----------]  45%  message``: what the handler last reported."""
+    if job.progress is None:
+        return "-"
+    filled = round(job.progress * width)
+    line = f"[{'#' * filled}{'-' * (width - filled)}] {job.progress * 100:3.0f}%"
+    return f"{line}  {job.progress_message}" if job.progress_message else line
 
 
 def error_panels(job: Job) -> list[Panel]:
@@ -165,12 +178,22 @@ def error_panels(job: Job) -> list[Panel]:
     return panels
 
 
-def show_detail(job: Job, *, as_json: bool, secrets: bool = False) -> None:
+def show_detail(job: Job, *, as_json: bool, secrets: bool = False,
+                dependencies: Sequence[Dependency] = ()) -> None:
     job = job if secrets else redact_secrets(job)
+    deps: list[dict[str, str | int | None]] = [
+        {"id": d.id, "task": d.task, "state": d.state.value if d.state else "deleted",
+         "on_failure": d.on_failure} for d in dependencies]
     if as_json:
-        print_json(job.to_dict())
+        print_json({**job.to_dict(), "dependencies": deps} if deps else job.to_dict())
         return
     parts: list[RenderableType] = [detail_table(job)]
+    if deps:
+        parts.append(Text("\ndepends on", style="bold"))
+        parts.extend(Text.assemble(
+            f"#{d.id} {safe(d.task or '?')} ",
+            state_text(d.state) if d.state else Text("deleted", style="dim"),
+            f" (on failure: {d.on_failure})") for d in dependencies)
     errors = error_panels(job)
     parts.append(Text(f"\nerrors ({len(errors)})", style="bold"))
     parts.extend(errors or [Text("none", style="dim")])
@@ -215,12 +238,14 @@ def jobs_list(state: str | None, queue: str | None, task_name: str | None, limit
 @common_options
 def jobs_show(job_id: int, secrets: bool, as_json: bool, app_path: str | None,
               url: str | None) -> None:
-    """Show every field of one job, with each attempt's error and traceback."""
+    """Show every field of one job, with each attempt's error and traceback, and the
+    jobs it depends on."""
     app = open_app(app_path, url)
     job = run_async(app, lambda: app.get_job_async(job_id))
     if job is None:
         raise CliFailure(f"no job with id {job_id}")
-    show_detail(job, as_json=as_json, secrets=secrets)
+    deps = run_async(app, lambda: app.job_dependencies_async(job_id))
+    show_detail(job, as_json=as_json, secrets=secrets, dependencies=deps)
 
 
 jobs.add_command(retry_command(show_jobs))

@@ -38,9 +38,10 @@ def _flag(name: str) -> str:
 
 
 def _param_type(name: str, kind: Any) -> click.FloatRange | click.IntRange:
-    """Seconds are floats; timeouts and retentions may be 0, other durations not."""
+    """Seconds are floats; timeouts, retentions and delays (archive_after) may be 0, other
+    durations not."""
     if kind is float:
-        if name.endswith(("_retention", "_timeout")):
+        if name.endswith(("_retention", "_timeout", "_after")):
             return click.FloatRange(min=0)
         return click.FloatRange(min=0, min_open=True)
     return click.IntRange(min=1)

@@ -37,9 +37,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .._errors import Cancel, Discard, Snooze, Throttle
+from .._errors import Cancel, Discard, Snooze, TaskTimedOut, Throttle
 from .._redact import Redactor, redact_secrets
-from .._runtime.executor import TaskTimedOut
 
 try:
     import sentry_sdk

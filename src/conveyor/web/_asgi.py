@@ -16,7 +16,7 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from .._operations import Operations
-from . import _failures, _jobs, _overview, _queues, _schedules, _workers
+from . import _failures, _jobs, _overview, _queues, _schedules, _workers, _workflows
 from ._context import Context
 from ._security import Guard
 from ._settings import Settings
@@ -24,7 +24,7 @@ from ._settings import Settings
 if TYPE_CHECKING:
     from .._app import Conveyor
 
-PAGE_GROUPS = (_overview, _queues, _jobs, _failures, _schedules, _workers)
+PAGE_GROUPS = (_overview, _queues, _jobs, _failures, _schedules, _workers, _workflows)
 
 
 def error_page(ctx: Context) -> Callable[[Request, Exception], Awaitable[Response]]:

@@ -37,6 +37,7 @@ FLASHES = {
     "schedule-paused": "Schedule {} paused.",
     "schedule-resumed": "Schedule {} resumed.",
     "triggered": "Schedule ran now as job {}.",
+    "workflow-cancelled": "{} job(s) of the workflow cancelled.",
     "error": "{}",
 }
 NAV = [("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/failures", "Failures"),

@@ -232,6 +232,8 @@ class JobDetail:
     #: What holds a waiting job back (explain_job's reasons), e.g. "no live worker
     #: knows task X"; empty for running and finished jobs.
     why: list[str] = dataclasses.field(default_factory=list)
+    #: The batch whose callback this job is (its own batch, if any, is ``job.batch_id``).
+    callback_of: int | None = None
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -312,7 +314,7 @@ async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetai
         can_discard=job.state in DISCARDABLE_FROM, attempts=attempt_runs(job, hosts),
         sealed=sealed_key(job.args, job.kwargs),
         can_delete=job.state is not JobState.RUNNING,
-        why=await _why_waiting(ops, job),
+        why=await _why_waiting(ops, job), callback_of=await ops.callback_batch(job.id),
     )
 
 

@@ -1,7 +1,9 @@
 """PostgreSQL batch paths: narrower statements and cheaper row decoding.
 
-* Plain inserts (no unique key in the batch) return only what the database decided
-  (id, state, due and creation time); the Jobs are built from what was sent.
+* Plain inserts (no unique key in the batch) go through COPY when large
+  (``copy_insert.py``), else one INSERT that returns only what the database decided
+  (id, state, due and creation time); the Jobs are built from what was sent, or not
+  at all when the caller wants only the ids.
 * Claims read tuple rows and decode them with ``rows.jobs_from_rows`` (no dict per row).
 * Completed acks without an error (nearly all of them) use ``job_ack_completed``:
   three arrays instead of seven, and no NOTIFY to consider.
@@ -19,15 +21,75 @@ from psycopg.rows import tuple_row
 from ..._job import Job
 from ..job_types import JobAck, JobInsert
 from ..rows import jobs_from_inserts, jobs_from_rows, plain_completed
+from .copy_insert import COPY_MIN_BATCH, Inserted, copy_async, copy_sync
 
 Fetch = Callable[[str, Mapping[str, Any]], Awaitable[list[Any]]]
 
 
-async def insert_plain(fetch: Fetch, values: Mapping[str, Any],
-                       jobs: Sequence[JobInsert]) -> list[Job]:
-    rows = await fetch("job_insert_plain", values)
-    return jobs_from_inserts(jobs, [r["id"] for r in rows], [r["state"] for r in rows],
-                             [r["scheduled_at"] for r in rows], [r["created_at"] for r in rows])
+#: (query parameter, attribute) pairs of ``job_insert``, sent as one array per column.
+_INSERT_COLUMNS = (
+    ("task", "task"), ("queue", "queue"), ("args", "args_json"), ("kwargs", "kwargs_json"),
+    ("priority", "priority"), ("max_attempts", "max_attempts"), ("tags", "tags_json"),
+    ("meta", "meta_json"), ("unique_key", "unique_key"), ("unique_states", "unique_states"),
+    ("concurrency_key", "concurrency_key"),
+)
+
+
+def insert_values(jobs: Sequence[JobInsert], channel: str) -> dict[str, Any]:
+    """Column-wise arrays: the query unnests them, so a batch is one statement."""
+    values: dict[str, Any] = {col: [getattr(j, a) for j in jobs] for col, a in _INSERT_COLUMNS}
+    # psycopg refuses to dump a list mixing int and float (delay=60 next to 0.5)
+    values["delay"] = [None if j.delay is None else float(j.delay) for j in jobs]
+    # A naive run_at means local time, as datetime.timestamp() reads it on SQLite.
+    values["run_at"] = [j.run_at.astimezone(UTC) if j.run_at else None for j in jobs]
+    values["channel"] = channel
+    return values
+
+
+async def insert_plain(conn: psycopg.AsyncConnection[Any], queries: Mapping[str, str],
+                       jobs: Sequence[JobInsert], channel: str,
+                       prepare: bool | None = None) -> Inserted:
+    """Insert a batch without unique keys (on a pooled or the caller's connection):
+    COPY for a large batch, one INSERT otherwise. ``prepare``: psycopg's, ``False`` on
+    a caller's connection (``CALLER_PREPARE``)."""
+    if len(jobs) >= COPY_MIN_BATCH:
+        return await copy_async(conn, queries, jobs, channel, prepare)
+    sql, params = _statement(queries, jobs, channel)
+    cur = conn.cursor(row_factory=tuple_row)
+    await cur.execute(sql, params, prepare=prepare)
+    return _inserted(await cur.fetchall())
+
+
+def insert_plain_sync(conn: psycopg.Connection[Any], queries: Mapping[str, str],
+                      jobs: Sequence[JobInsert], channel: str,
+                      prepare: bool | None = None) -> Inserted:
+    """``insert_plain`` on a synchronous connection."""
+    if len(jobs) >= COPY_MIN_BATCH:
+        return copy_sync(conn, queries, jobs, channel, prepare)
+    sql, params = _statement(queries, jobs, channel)
+    cur = conn.cursor(row_factory=tuple_row)
+    return _inserted(cur.execute(sql, params, prepare=prepare).fetchall())
+
+
+def _statement(queries: Mapping[str, str], jobs: Sequence[JobInsert], channel: str
+               ) -> tuple[str, Mapping[str, Any]]:
+    """One job: scalar parameters (arrays cost the client more to send than the
+    statement costs the server); several: the column arrays of ``job_insert_plain``."""
+    if len(jobs) == 1:
+        return queries["job_insert_one"], one_values(jobs[0], channel)
+    return queries["job_insert_plain"], insert_values(jobs, channel)
+
+
+def _inserted(rows: Sequence[tuple[Any, ...]]) -> Inserted:
+    """Rows of (id, state, scheduled_at, created_at), in request order."""
+    return Inserted([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                    rows[0][3])
+
+
+def jobs_of(jobs: Sequence[JobInsert], inserted: Inserted) -> list[Job]:
+    """The Jobs a plain batch wrote, built from what was sent."""
+    return jobs_from_inserts(jobs, inserted.ids, inserted.states, inserted.scheduled,
+                             [inserted.now] * len(jobs))
 
 
 async def claim(conn: psycopg.AsyncConnection[Any], sql: str,
@@ -66,10 +128,3 @@ def one_values(job: JobInsert, channel: str) -> dict[str, Any]:
             "delay": None if job.delay is None else float(job.delay),
             "run_at": job.run_at.astimezone(UTC) if job.run_at else None,
             "concurrency_key": job.concurrency_key, "channel": channel}
-
-
-def insert_plain_sync(conn: psycopg.Connection[Any], sql: str, values: Mapping[str, Any],
-                      jobs: Sequence[JobInsert]) -> list[Job]:
-    rows = conn.execute(sql, values).fetchall()
-    return jobs_from_inserts(jobs, [r[0] for r in rows], [r[1] for r in rows],
-                             [r[2] for r in rows], [r[3] for r in rows])

@@ -1,13 +1,22 @@
-"""PostgreSQL connection settings and errors: the config, connection options, the JSON
-loader every connection uses, and the one-line, password-free error an operator sees
-when the server cannot be used."""
+"""PostgreSQL connection settings and errors: the config (with Conveyor's own URL
+options), connection options, the JSON loader every connection uses, and the one-line,
+password-free error an operator sees when the server cannot be used.
+
+Behind a transaction pooler (PgBouncer ``pool_mode = transaction``) consecutive
+statements of one client connection may run on different server connections, so
+nothing may outlive a transaction: ``?conveyor_pooler=transaction`` turns off
+server-side prepared statements, and LISTEN (a session feature) moves to
+``listen_url`` (a direct connection) or gives way to polling (``listener.py``).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -20,6 +29,22 @@ from ..rows import loads
 _GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 #: disk_full: the server could not extend a file; the statement's transaction is undone.
 _DISK_FULL = "53100"
+#: duplicate_prepared_statement, invalid_sql_statement_name: what a transaction pooler
+#: does to prepared statements (they land on, or are missing from, another server
+#: connection).
+_POOLER_SQLSTATES = frozenset({"42P05", "26000"})
+#: Conveyor's own URL query options, removed before the URL reaches libpq.
+POOLER_OPTION = "conveyor_pooler"
+LISTEN_OPTION = "conveyor_listen_url"
+#: The environment's listen URL, used when the URL has none.
+LISTEN_ENV = "CONVEYOR_LISTEN_URL"
+#: The values ``conveyor_pooler`` accepts ("none": a direct connection, the default).
+POOLER_MODES = ("none", "transaction")
+#: psycopg's ``prepare=`` for Conveyor's statements on a caller's connection: never.
+#: That connection may go through a transaction pooler Conveyor's own URL does not name
+#: (a Django database behind PgBouncer), where a statement prepared on one server
+#: connection collides on another; a few statements per transaction gain little from it.
+CALLER_PREPARE = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -35,11 +60,60 @@ class PostgresConfig:
     #: Connections kept apart for heartbeats and acks (opened on first use), so that
     #: handlers busy with the main pool can never starve a lease into expiring.
     reserved_size: int = 2
+    #: "transaction" behind a transaction pooler: no server-side prepared statements,
+    #: no LISTEN on ``url``.
+    pooler: str = "none"
+    #: Where LISTEN connects (directly to PostgreSQL, never through a transaction
+    #: pooler); None: ``url``, or polling when ``pooler`` is "transaction".
+    listen_url: str | None = None
+
+    @property
+    def pooled(self) -> bool:
+        return self.pooler == "transaction"
+
+
+def config_from_url(url: str, max_size: int,
+                    environ: Mapping[str, str] | None = None) -> PostgresConfig:
+    """The config for a ``postgresql://`` URL: Conveyor's own query options
+    (``conveyor_pooler``, ``conveyor_listen_url``) are taken out, the rest goes to libpq.
+    ``CONVEYOR_LISTEN_URL`` supplies the listen URL when the URL does not."""
+    env = os.environ if environ is None else environ
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    ours = {k: v for k, v in query if k in (POOLER_OPTION, LISTEN_OPTION)}
+    pooler = ours.get(POOLER_OPTION, "none").strip().lower() or "none"
+    if pooler not in POOLER_MODES:
+        raise ValueError(
+            f"{POOLER_OPTION}={ours[POOLER_OPTION]!r} in the database URL: expected one of "
+            f"{', '.join(POOLER_MODES)} (use 'transaction' behind PgBouncer in transaction mode)"
+        )
+    listen_url = ours.get(LISTEN_OPTION) or env.get(LISTEN_ENV, "").strip() or None
+    if listen_url is not None and urlsplit(listen_url).scheme.lower() not in (
+            "postgresql", "postgres"):
+        raise ValueError(
+            f"the listen URL ({LISTEN_OPTION} or {LISTEN_ENV}) must be a postgresql:// URL "
+            "that reaches PostgreSQL directly"
+        )
+    if ours:
+        rest = urlencode([(k, v) for k, v in query if k not in ours])
+        url = urlunsplit(parts._replace(query=rest))
+    return PostgresConfig(url=url, max_size=max_size, pooler=pooler, listen_url=listen_url)
 
 
 def connect_kwargs(config: PostgresConfig) -> dict[str, Any]:
     # libpq takes whole seconds and treats anything under 2 as 2.
-    return {"autocommit": True, "connect_timeout": max(2, round(config.connect_timeout))}
+    kwargs: dict[str, Any] = {
+        "autocommit": True, "connect_timeout": max(2, round(config.connect_timeout))}
+    if config.pooled:  # a prepared statement would outlive its transaction
+        kwargs["prepare_threshold"] = None
+    if config.channel != "conveyor_jobs":  # the triggers' NOTIFY channel (schema 10)
+        kwargs["options"] = f"-c conveyor.channel={config.channel}"
+    return kwargs
+
+
+def prepare_threshold(config: PostgresConfig, threshold: int) -> int | None:
+    """``threshold`` on a direct connection; never prepare behind a transaction pooler."""
+    return None if config.pooled else threshold
 
 
 def _lenient_loads(data: str | bytes) -> Any:
@@ -60,8 +134,9 @@ async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
 class Errors:
     """Turns driver errors into what operators read, never showing the password."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pooled: bool = False) -> None:
         self.redacted = _redact(url)
+        self._pooled = pooled
 
     def where(self) -> str:
         return self.redacted[0] if self.redacted else "the database"
@@ -95,6 +170,19 @@ class Errors:
             if state is None or state.startswith("08") or state in _GONE_SQLSTATES:
                 raise self.unavailable(exc) from exc
             raise
+        except psycopg.DatabaseError as exc:
+            if exc.sqlstate in _POOLER_SQLSTATES and not self._pooled:
+                raise self.behind_pooler(exc) from exc
+            raise
+
+    def behind_pooler(self, exc: BaseException) -> DatabaseUnavailableError:
+        """Prepared statements that collide or vanish: a transaction pooler (PgBouncer)
+        sits in front of the server and the URL does not say so."""
+        reason = str(self.unavailable(exc))
+        return DatabaseUnavailableError(
+            f"{reason} (a transaction pooler such as PgBouncer in front of PostgreSQL? "
+            f"add ?{POOLER_OPTION}=transaction to the database URL)"
+        )
 
 
 def _redact(url: str) -> tuple[str, str | None] | None:

@@ -2,7 +2,14 @@
 producer subscribes, and fans notifications out to the in-process WakeHub.
 
 Statements that make jobs ready send their own NOTIFY, so wake-ups reach every process
-and never fire for a rolled-back write.
+and never fire for a rolled-back write. Statements that make jobs final NOTIFY a second
+channel (``finished_channel``); a second Listener listens to it only while some
+``job.wait`` waits in this process.
+
+LISTEN is session state: behind a transaction pooler it connects to ``listen_url``
+(directly to PostgreSQL), or, without one, does not run at all: producers then poll at
+the backend's poll interval and the storage wakes its own process's producers, which
+the log says once (a WARNING with what to do); waiters fall back to their re-checks.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import psycopg
 from psycopg import sql
 
 from ..wake import WakeCallback, WakeHub
-from .connection import Errors, PostgresConfig, connect_kwargs
+from .connection import LISTEN_ENV, LISTEN_OPTION, Errors, PostgresConfig, connect_kwargs
 
 log = logging.getLogger("conveyor.postgres")
 
@@ -25,12 +32,39 @@ _BACKOFF_MIN, _BACKOFF_MAX = 0.1, 5.0
 _LISTEN_PING = 30.0
 
 
+def finished_channel(channel: str) -> str:
+    """The channel final-state statements NOTIFY: within PostgreSQL's 63 characters."""
+    return f"{channel[:54]}_finished"
+
+
 class Listener:
-    def __init__(self, config: PostgresConfig, hub: WakeHub, errors: Errors) -> None:
-        self._config, self._hub, self._errors = config, hub, errors
+    def __init__(self, config: PostgresConfig, hub: WakeHub, errors: Errors,
+                 channel: str | None = None) -> None:
+        self._config, self._hub = config, hub
+        self._channel = channel or config.channel
+        self._url = config.listen_url or config.url
+        self._errors = errors if config.listen_url is None else Errors(config.listen_url)
         self._lock = threading.Lock()
         self._listeners = 0
         self._task: asyncio.Task[None] | None = None
+        self._warned = False
+
+    @property
+    def polling(self) -> bool:
+        """True when no LISTEN runs: behind a transaction pooler with no listen URL."""
+        return self._config.pooled and self._config.listen_url is None
+
+    def _warn_polling(self) -> None:
+        """Once per storage: the operator learns why wake-ups are slower and the fix."""
+        with self._lock:
+            if self._warned:
+                return
+            self._warned = True
+        log.warning(
+            "behind a transaction pooler (conveyor_pooler=transaction) LISTEN cannot run on "
+            "%s: workers poll for new jobs every %.1fs instead of being notified. For "
+            "instant wake-ups set %s (or ?%s= in the URL) to a direct PostgreSQL URL",
+            self._errors.where(), self._config.poll_interval, LISTEN_ENV, LISTEN_OPTION)
 
     def subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Subscribe; the first subscriber starts the LISTEN task on its own loop."""
@@ -39,6 +73,9 @@ class Listener:
         except RuntimeError:
             raise RuntimeError("wake_subscribe needs a running event loop on Postgres") from None
         unsubscribe = self._hub.subscribe(callback)
+        if self.polling:
+            self._warn_polling()
+            return unsubscribe
         with self._lock:
             self._listeners += 1
             if self._task is None or self._task.done():
@@ -72,11 +109,11 @@ class Listener:
         """Keep one LISTEN connection alive. After every (re)connect wake everyone:
         notifications sent while no connection was listening are lost."""
         delay = _BACKOFF_MIN
-        listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._config.channel))
+        listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))
         while True:
             try:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._config.url, **connect_kwargs(self._config)
+                    self._url, **connect_kwargs(self._config)
                 )
                 async with conn:
                     await conn.execute(listen)

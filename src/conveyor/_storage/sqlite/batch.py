@@ -17,34 +17,57 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..._job import Job
 from ..job_types import JobAck, JobInsert
-from ..rows import jobs_from_inserts, plain_completed
+from ..rows import Timestamps, jobs_from_inserts, plain_completed
 
 #: Column names and tuple rows of a statement.
 Rows = tuple[list[str], list[Any]]
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """What a plain batch wrote, in input order: its ids and the rows sent (``rows`` in
+    ``job_insert_plain``'s parameter order: state and due time included)."""
+
+    ids: range
+    rows: list[tuple[Any, ...]]
+
+    def jobs(self, inserts: Sequence[JobInsert]) -> list[Job]:
+        """The Jobs written, built from what was sent (the shared creation time, which
+        most jobs are also due at, converted once)."""
+        rows, ts = self.rows, Timestamps()
+        if not rows:
+            return []
+        now = rows[0][10]
+        made = ts(now)
+        return jobs_from_inserts(inserts, self.ids, [r[8] for r in rows],
+                                 [made if r[9] == now else ts(r[9]) for r in rows],
+                                 [made] * len(rows))
+
+
 def insert_plain(conn: sqlite3.Connection, queries: Mapping[str, str],
-                 jobs: Sequence[JobInsert]) -> list[Job]:
-    """Insert jobs that carry no unique key; returns them as written."""
+                 jobs: Sequence[JobInsert]) -> Inserted:
+    """Insert jobs that carry no unique key, with one ``executemany``."""
     cur = conn.cursor()
     now = cur.execute(queries["clock_now"]).fetchone()[0]
-    rows, states, dues = [], [], []
+    rows: list[tuple[Any, ...]] = []
+    add = rows.append
     for j in jobs:
-        due = j.run_at.timestamp() if j.run_at is not None else now + (j.delay or 0.0)
-        state = "scheduled" if due > now else "available"
-        states.append(state)
-        dues.append(due)
-        rows.append((j.task, j.queue, j.args_json, j.kwargs_json, j.priority, j.max_attempts,
-                     j.tags_json, j.meta_json, state, due, now, j.concurrency_key))
+        if j.run_at is None and not j.delay:  # the common case: due now
+            state, due = "available", now
+        else:
+            due = j.run_at.timestamp() if j.run_at is not None else now + (j.delay or 0.0)
+            state = "scheduled" if due > now else "available"
+        add((j.task, j.queue, j.args_json, j.kwargs_json, j.priority, j.max_attempts,
+             j.tags_json, j.meta_json, state, due, now, j.concurrency_key))
     cur.executemany(queries["job_insert_plain"], rows)
-    last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
-    first = last - len(rows) + 1
-    return jobs_from_inserts(jobs, range(first, last + 1), states, dues, [now] * len(rows))
+    last = cur.execute("SELECT last_insert_rowid()").fetchone()[0] if rows else 0
+    return Inserted(range(last - len(rows) + 1, last + 1), rows)
 
 
 def claim(conn: sqlite3.Connection, sql: str, values: Mapping[str, Any]) -> Rows:

@@ -54,6 +54,8 @@ def connect(config: SQLiteConfig) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute(f"PRAGMA busy_timeout={int(config.busy_timeout * 1000)}")
         conn.execute("PRAGMA foreign_keys=ON")
+        # a cancelled dependent cascades through the settle trigger (schema 10)
+        conn.execute("PRAGMA recursive_triggers=ON")
         if config.max_page_count is not None:
             conn.execute(f"PRAGMA max_page_count={int(config.max_page_count)}")
     except sqlite3.Error as exc:

@@ -18,7 +18,8 @@ from urllib.parse import quote
 
 from ..._errors import DatabaseUnavailableError
 from ..._job import Job, JobState
-from ..base import BaseStorage, Row, changed_jobs
+from ..base import Row, changed_jobs
+from ..composition import CompositionStorage
 from ..control_types import (
     ConcurrencyAcquireParams,
     LeaderElectParams,
@@ -39,13 +40,15 @@ from ..job_types import (
     JobHeartbeatResult,
     JobInsert,
     JobInsertManyParams,
+    JobProgressManyParams,
 )
 from ..metric_types import MetricsAddParams, MetricsPruneParams
 from ..rows import job_from_row, jobs_from_rows, leader_row, sort_for_claim
 from ..schema import DbHealth, DbHealthParams, MigrateParams, Migration, pending_migrations
 from ..unique import run_sync, unique_insert
 from ..wake import WakeHub
-from . import batch
+from ..workflow import Steps
+from . import batch, workflow
 from .connection import SQLiteConfig, StorageThread, connect, split_script
 
 Conn = sqlite3.Connection
@@ -64,7 +67,7 @@ def _insert_values(job: JobInsert) -> dict[str, Any]:
     }
 
 
-class SQLiteStorage(BaseStorage):
+class SQLiteStorage(CompositionStorage):
     """Storage on one SQLite file. Example: ``SQLiteStorage(SQLiteConfig("jobs.db"), WakeHub())``"""
 
     dialect: ClassVar[str] = "sqlite"
@@ -115,6 +118,19 @@ class SQLiteStorage(BaseStorage):
             ids = json.dumps([r["id"] for r in picked])
             done = {r["id"] for r in c.execute(self._q[update], {"ids": ids, **extra})}
             return changed_jobs(picked, done)
+
+        return await self._thread.call_write(run)
+
+    async def _move(self, pick: str, then: Sequence[str],
+                    values: Mapping[str, Any]) -> tuple[list[Row], list[Row]]:
+        def run(c: Conn) -> tuple[list[Row], list[Row]]:
+            picked = c.execute(self._q[pick], values).fetchall()
+            rows: list[Row] = []
+            if picked:
+                ids = {"ids": json.dumps([r["id"] for r in picked])}
+                for name in then:
+                    rows = c.execute(self._q[name], {**values, **ids}).fetchall()
+            return picked, rows
 
         return await self._thread.call_write(run)
 
@@ -189,7 +205,7 @@ class SQLiteStorage(BaseStorage):
 
     def _insert_rows(self, conn: Conn, params: JobInsertManyParams) -> list[Job]:
         if all(job.unique_key is None for job in params.jobs):  # one executemany
-            return batch.insert_plain(conn, self._q, params.jobs)
+            return batch.insert_plain(conn, self._q, params.jobs).jobs(params.jobs)
 
         def run(name: str, values: list[dict[str, Any]]) -> list[Job]:
             found = (conn.execute(self._q[name], v).fetchone() for v in values)
@@ -207,6 +223,27 @@ class SQLiteStorage(BaseStorage):
         jobs = await self._thread.call_write(lambda c: self._insert_rows(c, params))
         self._woke(j.queue for j in jobs)
         return jobs
+
+    def _insert_ids(self, conn: Conn, params: JobInsertManyParams) -> list[int]:
+        if all(job.unique_key is None for job in params.jobs):  # no Job built at all
+            return list(batch.insert_plain(conn, self._q, params.jobs).ids)
+        return [job.id for job in self._insert_rows(conn, params)]
+
+    async def job_insert_ids(self, params: JobInsertManyParams, connection: Any = None
+                             ) -> list[int]:
+        if connection is not None:
+            return [job.id for job in self.job_insert_many_sync(params, connection)]
+        ids = await self._thread.call_write(lambda c: self._insert_ids(c, params))
+        self._woke({j.queue for j in params.jobs})
+        return ids
+
+    def job_insert_ids_blocking(self, params: JobInsertManyParams) -> list[int]:
+        if not self._thread.running or self._thread.is_current():
+            raise DatabaseUnavailableError("storage is not open")
+        with self._callers.connection(self._config.busy_timeout) as conn:
+            ids = self._thread.write(conn, lambda c: self._insert_ids(c, params))
+        self._woke({j.queue for j in params.jobs})
+        return ids
 
     def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
         if not self._thread.running or self._thread.is_current():
@@ -227,6 +264,19 @@ class SQLiteStorage(BaseStorage):
             return self._insert_rows(connection, params)
         finally:
             connection.row_factory = previous
+
+    async def _run_steps(self, steps: Steps, connection: Any) -> Any:
+        if connection is None:
+            return await self._thread.call_write(
+                lambda c: workflow.run_steps(c, self._q, steps))
+        return self._run_steps_sync(steps, connection)
+
+    def _run_steps_sync(self, steps: Steps, connection: Any) -> Any:
+        if not isinstance(connection, sqlite3.Connection):
+            raise TypeError(
+                "connection= on the SQLite backend must be a sqlite3.Connection to the same file"
+            )
+        return workflow.run_steps(connection, self._q, steps)
 
     async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]:
         values = {"queue": params.queue, "limit": params.limit, "owner": params.owner,
@@ -258,7 +308,10 @@ class SQLiteStorage(BaseStorage):
             return batch.ack_many(conn, self._q["job_ack_completed"], params.acks,
                                   params.node, lambda acks: exact(conn, acks))
 
-        return await self._thread.call_write(run)
+        applied = await self._thread.call_write(run)
+        if applied:  # committed: some may be final (a waiter re-reads to see which)
+            self._finished()
+        return applied
 
     async def job_heartbeat_many(self, params: JobHeartbeatManyParams) -> JobHeartbeatResult:
         sql = self._q["job_heartbeat"]
@@ -276,9 +329,29 @@ class SQLiteStorage(BaseStorage):
 
         return await self._thread.call_write(run)
 
+    async def job_progress_many(self, params: JobProgressManyParams) -> list[int]:
+        sql = self._q["job_progress"]
+
+        def run(conn: Conn) -> list[int]:  # one transaction on the writer thread
+            applied = []
+            for e in params.entries:
+                row = conn.execute(sql, {"id": e.id, "lease_token": e.lease_token,
+                                         "progress": e.progress, "message": e.message,
+                                         "meta": e.meta_json}).fetchone()
+                if row is not None:
+                    applied.append(row["id"])
+            return applied
+
+        return await self._thread.call_write(run) if params.entries else []
+
     async def job_delete_by_queue(self, queue: str) -> int:
-        sql = self._q["job_delete_by_queue"]
-        return await self._thread.call_write(lambda c: c.execute(sql, {"queue": queue}).rowcount)
+        hot, history = self._q["job_delete_by_queue"], self._q["job_history_delete_by_queue"]
+
+        def run(c: Conn) -> int:
+            values = {"queue": queue}
+            return int(c.execute(hot, values).rowcount + c.execute(history, values).rowcount)
+
+        return await self._thread.call_write(run)
 
     # -- several statements in one transaction ------------------------------------------------
 

@@ -8,14 +8,9 @@ CREATE TABLE IF NOT EXISTS conveyor_test_clock (
     offset_seconds REAL    NOT NULL
 );
 
--- name: clock_join
--- Keeps an offset another process already set; returns the one in force.
-INSERT INTO conveyor_test_clock (id, offset_seconds) VALUES (1, :offset)
-ON CONFLICT (id) DO UPDATE SET offset_seconds = max(offset_seconds, excluded.offset_seconds)
-RETURNING offset_seconds;
-
--- name: clock_set
--- The offset only grows: a clock never goes back, whoever advanced it last.
+-- name: clock_raise
+-- The offset only grows: a clock never goes back, whoever advanced it last, and a
+-- process joining keeps an offset another one already set. Returns the one in force.
 INSERT INTO conveyor_test_clock (id, offset_seconds) VALUES (1, :offset)
 ON CONFLICT (id) DO UPDATE SET offset_seconds = max(offset_seconds, excluded.offset_seconds)
 RETURNING offset_seconds;

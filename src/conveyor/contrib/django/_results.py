@@ -29,6 +29,7 @@ from django.tasks.base import TaskError
 from conveyor import Job, JobState
 
 STATUS: dict[JobState, TaskResultStatus] = {
+    JobState.PENDING: TaskResultStatus.READY,
     JobState.SCHEDULED: TaskResultStatus.READY,
     JobState.AVAILABLE: TaskResultStatus.READY,
     JobState.RETRYABLE: TaskResultStatus.READY,

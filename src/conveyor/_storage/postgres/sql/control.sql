@@ -122,7 +122,7 @@ WHERE j.id = %(id)s AND o.state = 'available' AND o.queue = j.queue AND o.id <> 
 -- otherwise the queues named in exclude (a JSON array) are left to their own passes.
 DELETE FROM conveyor_jobs
 WHERE id = ANY(ARRAY(
-    SELECT id FROM conveyor_jobs
+    SELECT id FROM conveyor_jobs AS j
     WHERE ((state IN ('completed', 'cancelled')
             AND finished_at < now() - %(completed_age)s::float8 * interval '1 second')
         OR (state = 'discarded'
@@ -130,6 +130,12 @@ WHERE id = ANY(ARRAY(
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(queue)s::text IS NOT NULL
            OR queue <> ALL(ARRAY(SELECT jsonb_array_elements_text(%(exclude)s::jsonb))))
+      -- a finished dependency stays while a dependent still waits (it reads its result)
+      AND (NOT j.followers OR NOT EXISTS (
+          SELECT 1 FROM conveyor_jobs AS w
+          WHERE w.id = ANY(ARRAY(SELECT d.job_id FROM conveyor_job_deps AS d
+                                 WHERE d.depends_on = j.id))
+            AND w.state = 'pending'))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))

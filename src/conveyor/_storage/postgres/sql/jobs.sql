@@ -5,6 +5,8 @@
 -- same statement: the wake-up is sent on commit and never for a rolled-back write.
 -- The "woken" CTE always yields exactly one row; joining it only forces the NOTIFYs to run.
 -- Postgres sends one notification per distinct (channel, payload) per transaction.
+-- Statements that make jobs final NOTIFY %(finished_channel)s once (payload ''), for
+-- job.wait: the "finished" CTE notifies at most once per statement, whatever its size.
 
 -- name: job_insert
 WITH inserted AS (
@@ -92,8 +94,11 @@ WITH acked AS (
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM acked WHERE state = 'available') AS q
+), finished AS (
+    SELECT count(pg_notify(%(finished_channel)s, '')) AS n
+    FROM (SELECT 1 FROM acked WHERE state IN ('completed', 'cancelled', 'discarded') LIMIT 1) AS f
 )
-SELECT acked.id, acked.queue, acked.state FROM acked CROSS JOIN woken;
+SELECT acked.id, acked.queue, acked.state FROM acked CROSS JOIN woken CROSS JOIN finished;
 
 -- name: job_heartbeat
 UPDATE conveyor_jobs AS j
@@ -102,6 +107,21 @@ FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[]) AS l(id, lease_token)
 -- lease_token is non-null only while running (CHECK): joined through the primary key
 WHERE j.id = l.id AND j.lease_token = l.lease_token
 RETURNING j.id, j.cancel_requested;
+
+-- name: job_progress
+-- Running attempts' coalesced progress in one statement; a worker that lost the lease
+-- matches no row (lease_token is non-null only while running).
+UPDATE conveyor_jobs AS j
+SET progress = coalesce(p.progress, j.progress),
+    progress_message = CASE WHEN p.progress IS NULL THEN j.progress_message
+                            ELSE p.message END,
+    meta = coalesce(p.meta::jsonb, j.meta),
+    progress_at = now()
+FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(progress)b::float8[],
+            %(message)b::text[], %(meta)b::text[])
+     AS p(id, lease_token, progress, message, meta)
+WHERE j.id = p.id AND j.lease_token = p.lease_token
+RETURNING j.id;
 
 -- name: job_rescue_expired
 -- Rescuing counts the attempt, so a job that kills its worker every time ends discarded.
@@ -137,8 +157,11 @@ WITH rescued AS (
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM rescued WHERE state = 'available') AS q
+), finished AS (
+    SELECT count(pg_notify(%(finished_channel)s, '')) AS n
+    FROM (SELECT 1 FROM rescued WHERE state IN ('completed', 'cancelled', 'discarded') LIMIT 1) AS f
 )
-SELECT rescued.id, rescued.queue FROM rescued CROSS JOIN woken;
+SELECT rescued.id, rescued.queue FROM rescued CROSS JOIN woken CROSS JOIN finished;
 
 -- name: job_stage_due
 -- One previous state per call (scheduled, then retryable), so each row's transition is known.
@@ -163,10 +186,10 @@ WITH staged AS (
 SELECT staged.* FROM staged CROSS JOIN woken;
 
 -- name: job_get
-SELECT * FROM conveyor_jobs WHERE id = %(id)s::bigint;
+SELECT * FROM conveyor_jobs_all WHERE id = %(id)s::bigint;
 
 -- name: job_list
-SELECT * FROM conveyor_jobs
+SELECT * FROM conveyor_jobs_all
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
@@ -192,15 +215,21 @@ SELECT retried.* FROM retried CROSS JOIN woken;
 
 -- name: job_cancel
 -- A queued job is cancelled at once; a running one is flagged and its worker stops it.
-UPDATE conveyor_jobs
-SET state = CASE WHEN state = 'running' THEN 'running' ELSE 'cancelled' END,
-    finished_at = CASE WHEN state = 'running' THEN NULL ELSE now() END,
-    cancel_requested = (state = 'running')
-WHERE id = %(id)s::bigint AND state IN ('scheduled', 'available', 'retryable', 'running')
-RETURNING *;
+WITH cancelled AS (
+    UPDATE conveyor_jobs
+    SET state = CASE WHEN state = 'running' THEN 'running' ELSE 'cancelled' END,
+        finished_at = CASE WHEN state = 'running' THEN NULL ELSE now() END,
+        cancel_requested = (state = 'running')
+    WHERE id = %(id)s::bigint AND state IN ('pending', 'scheduled', 'available', 'retryable', 'running')
+    RETURNING *
+), finished AS (
+    SELECT count(pg_notify(%(finished_channel)s, '')) AS n
+    FROM (SELECT 1 FROM cancelled WHERE state = 'cancelled') AS f
+)
+SELECT cancelled.* FROM cancelled CROSS JOIN finished;
 
 -- name: job_count_by_state
-SELECT state, count(*) AS n FROM conveyor_jobs
+SELECT state, count(*) AS n FROM conveyor_jobs_all
 WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 GROUP BY state;
 

@@ -34,7 +34,9 @@ ORDER BY inserted.id;
 
 -- name: job_ack_completed
 -- job_ack for state 'completed' with no error, no delay and no attempt change: the same
--- fence, nothing to wake, and only the ids that applied come back.
+-- fence, no producer to wake (one finish notification for waiters), and only the ids
+-- that applied come back.
+WITH acked AS (
 UPDATE conveyor_jobs AS j
 SET state = 'completed',
     finished_at = now(),
@@ -52,7 +54,12 @@ FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(result)b::text[],
 -- estimate for 'running' goes stale fast on a queue table (a full scan of what runs,
 -- and its dead versions, per ack). Without it the join can only use the primary key.
 WHERE j.id = a.id AND j.lease_token = a.lease_token
-RETURNING j.id;
+RETURNING j.id
+), finished AS (
+    SELECT count(pg_notify(%(finished_channel)s, '')) AS n
+    FROM (SELECT 1 FROM acked LIMIT 1) AS f
+)
+SELECT acked.id FROM acked CROSS JOIN finished;
 
 -- name: job_insert_one
 -- job_insert_plain for one job, with scalar parameters: arrays cost the client far more
@@ -73,3 +80,22 @@ WITH inserted AS (
 )
 SELECT inserted.id, inserted.state, inserted.scheduled_at, inserted.created_at
 FROM inserted CROSS JOIN woken;
+
+-- name: job_reserve_ids
+-- The first statement of a COPY batch (postgres/copy_insert.py): one id per job
+-- (COPY cannot return them), the transaction's now() (the jobs' creation time) and a
+-- NOTIFY per queue of the batch, sent only if the COPY that follows commits.
+WITH seq AS MATERIALIZED (  -- once, not once per row
+    SELECT pg_get_serial_sequence('conveyor_jobs', 'id')::regclass AS id
+)
+SELECT now() AS now,
+       ARRAY(SELECT nextval(seq.id) FROM seq, generate_series(1, %(count)s::integer)) AS ids,
+       (SELECT count(pg_notify(%(channel)s, q)) FROM unnest(%(queues)s::text[]) AS q) AS woken;
+
+-- name: job_copy_plain
+-- The rows of a batch without unique keys, binary-encoded by postgres/copy_insert.py in
+-- this column order; COPY accepts the reserved ids into the identity column.
+COPY conveyor_jobs
+    (task, queue, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at,
+     concurrency_key, id, args)
+FROM STDIN (FORMAT BINARY);

@@ -11,7 +11,7 @@ WHERE id = %(id)s::bigint AND (state <> 'running' OR %(force)s::boolean)
 RETURNING *;
 
 -- name: job_purge_count
-SELECT state, count(*) AS n, max(id) AS max_id FROM conveyor_jobs
+SELECT state, count(*) AS n, max(id) AS max_id FROM conveyor_jobs_all
 WHERE state = ANY(%(states)s::text[]) AND state <> 'running'
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
@@ -22,7 +22,7 @@ GROUP BY state;
 
 -- name: job_purge_pick
 -- The next batch's candidates, read without locking anything.
-SELECT id FROM conveyor_jobs
+SELECT id FROM conveyor_jobs_all
 WHERE state = ANY(%(states)s::text[]) AND state <> 'running'
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR task = %(task)s::text)
@@ -47,14 +47,19 @@ RETURNING id, task, queue, state, attempt;
 -- name: job_prune_count
 -- What job_prune would delete now, all batches together (`conveyor prune --dry-run`).
 -- The same filter as job_prune, queue and exclude included.
-SELECT count(*) AS n FROM conveyor_jobs
+SELECT count(*) AS n FROM conveyor_jobs_all AS j
 WHERE ((state IN ('completed', 'cancelled')
         AND finished_at < now() - %(completed_age)s::float8 * interval '1 second')
     OR (state = 'discarded'
         AND finished_at < now() - %(discarded_age)s::float8 * interval '1 second'))
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(queue)s::text IS NOT NULL
-       OR queue <> ALL(ARRAY(SELECT jsonb_array_elements_text(%(exclude)s::jsonb))));
+       OR queue <> ALL(ARRAY(SELECT jsonb_array_elements_text(%(exclude)s::jsonb))))
+  AND (NOT j.followers OR NOT EXISTS (
+      SELECT 1 FROM conveyor_jobs AS w
+      WHERE w.id = ANY(ARRAY(SELECT d.job_id FROM conveyor_job_deps AS d
+                             WHERE d.depends_on = j.id))
+        AND w.state = 'pending'));
 
 -- name: job_rescue_candidates
 -- The jobs job_rescue_expired would rescue now (`conveyor rescue --dry-run`).

@@ -5,7 +5,7 @@
 -- A failure's key is the first line of its last error, at most 200 characters.
 
 -- name: job_search
-SELECT j.* FROM conveyor_jobs AS j
+SELECT j.* FROM conveyor_jobs_all AS j
 WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
@@ -23,7 +23,7 @@ LIMIT %(limit)s;
 
 -- name: job_search_newer
 -- The page after ``after_id`` towards the newest job, read upwards (the caller reverses it).
-SELECT j.* FROM conveyor_jobs AS j
+SELECT j.* FROM conveyor_jobs_all AS j
 WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
@@ -41,7 +41,7 @@ LIMIT %(limit)s;
 
 -- name: job_count_capped
 SELECT count(*) AS n FROM (
-    SELECT 1 FROM conveyor_jobs AS j
+    SELECT 1 FROM conveyor_jobs_all AS j
     WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
@@ -62,18 +62,18 @@ SELECT queue, state, n FROM conveyor_queue_depth;
 
 -- name: job_count_final_capped
 SELECT 'completed' AS state, count(*) AS n
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'completed' AND state NOT IN ('available', 'running') LIMIT %(cap)s) AS c
+FROM (SELECT 1 FROM conveyor_jobs_all WHERE state = 'completed' AND state NOT IN ('available', 'running') LIMIT %(cap)s) AS c
 UNION ALL
 SELECT 'cancelled', count(*)
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'cancelled' AND state NOT IN ('available', 'running') LIMIT %(cap)s) AS c
+FROM (SELECT 1 FROM conveyor_jobs_all WHERE state = 'cancelled' AND state NOT IN ('available', 'running') LIMIT %(cap)s) AS c
 UNION ALL
 SELECT 'discarded', count(*)
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'discarded' AND state NOT IN ('available', 'running') LIMIT %(cap)s) AS c;
+FROM (SELECT 1 FROM conveyor_jobs_all WHERE state = 'discarded' AND state NOT IN ('available', 'running') LIMIT %(cap)s) AS c;
 
 -- name: job_count_final_by_queue
 -- Exact counts of the final states per queue (`conveyor queues list`): one pass over
 -- the cold state index, whose WHERE term is repeated for SQLite.
-SELECT queue, state, count(*) AS n FROM conveyor_jobs
+SELECT queue, state, count(*) AS n FROM conveyor_jobs_all
 WHERE state IN ('completed', 'cancelled', 'discarded') AND state NOT IN ('available', 'running')
 GROUP BY queue, state;
 
@@ -86,7 +86,7 @@ SELECT f.task, f.error,
 FROM (
     SELECT j.id, j.task, j.state, j.finished_at, j.attempted_at, j.scheduled_at,
            left(split_part(coalesce(j.errors -> -1 ->> 'error', ''), E'\n', 1), 200) AS error
-    FROM conveyor_jobs AS j
+    FROM conveyor_jobs_all AS j
     WHERE j.state IN ('retryable', 'discarded') AND j.state NOT IN ('available', 'running')
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
@@ -137,14 +137,20 @@ SELECT retried.id FROM retried CROSS JOIN woken;
 
 -- name: job_discard_ids
 -- Waiting jobs only: a running job is cancelled instead, through its worker.
-UPDATE conveyor_jobs
-SET state = 'discarded',
-    finished_at = now(),
-    errors = errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object(
-                 'attempt', attempt,
-                 'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
-WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('scheduled', 'available', 'retryable')
-RETURNING id;
+WITH discarded AS (
+    UPDATE conveyor_jobs
+    SET state = 'discarded',
+        finished_at = now(),
+        errors = errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object(
+                     'attempt', attempt,
+                     'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
+    WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'scheduled', 'available', 'retryable')
+    RETURNING id
+), finished AS (
+    SELECT count(pg_notify(%(finished_channel)s, '')) AS n
+    FROM (SELECT 1 FROM discarded LIMIT 1) AS f
+)
+SELECT discarded.id FROM discarded CROSS JOIN finished;
 
 -- name: job_count_running_by_node
 SELECT lease_owner AS node, count(*) AS n FROM conveyor_jobs

@@ -119,13 +119,17 @@ WHERE j.id = :id AND o.state = 'available' AND o.queue = j.queue AND o.id <> j.i
 -- otherwise the queues named in :exclude (a JSON array) are left to their own passes.
 DELETE FROM conveyor_jobs
 WHERE id IN (
-    SELECT id FROM conveyor_jobs
+    SELECT id FROM conveyor_jobs AS j
     WHERE ((state IN ('completed', 'cancelled')
             AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :completed_age)
         OR (state = 'discarded'
             AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :discarded_age))
       AND (:queue IS NULL OR queue = :queue)
       AND (:queue IS NOT NULL OR queue NOT IN (SELECT value FROM json_each(:exclude)))
+      -- a finished dependency stays while a dependent still waits (it reads its result)
+      AND (j.followers = 0 OR NOT EXISTS (
+          SELECT 1 FROM conveyor_job_deps AS d JOIN conveyor_jobs AS w ON w.id = d.job_id
+          WHERE d.depends_on = j.id AND w.state = 'pending'))
     LIMIT :limit
 )
 RETURNING id;

@@ -66,6 +66,16 @@ SET lease_expires_at = (julianday('now') - 2440587.5) * 86400.0 + :lease_ttl
 WHERE id = :id AND lease_token = :lease_token AND state = 'running'
 RETURNING id, cancel_requested;
 
+-- name: job_progress
+-- A running attempt's coalesced progress; a worker that lost the lease matches no row.
+UPDATE conveyor_jobs
+SET progress = coalesce(:progress, progress),
+    progress_message = CASE WHEN :progress IS NULL THEN progress_message ELSE :message END,
+    meta = coalesce(:meta, meta),
+    progress_at = (julianday('now') - 2440587.5) * 86400.0
+WHERE id = :id AND lease_token = :lease_token AND state = 'running'
+RETURNING id;
+
 -- name: job_rescue_expired
 -- Rescuing counts the attempt, so a job that kills its worker every time ends discarded.
 UPDATE conveyor_jobs
@@ -111,10 +121,10 @@ WHERE id IN (
 RETURNING id, task, queue, attempt;
 
 -- name: job_get
-SELECT * FROM conveyor_jobs WHERE id = :id;
+SELECT * FROM conveyor_jobs_all WHERE id = :id;
 
 -- name: job_list
-SELECT * FROM conveyor_jobs
+SELECT * FROM conveyor_jobs_all
 WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
   AND (:task IS NULL OR task = :task)
@@ -139,11 +149,11 @@ SET state = CASE WHEN state = 'running' THEN 'running' ELSE 'cancelled' END,
     finished_at = CASE WHEN state = 'running' THEN NULL
                        ELSE (julianday('now') - 2440587.5) * 86400.0 END,
     cancel_requested = CASE WHEN state = 'running' THEN 1 ELSE 0 END
-WHERE id = :id AND state IN ('scheduled', 'available', 'retryable', 'running')
+WHERE id = :id AND state IN ('pending', 'scheduled', 'available', 'retryable', 'running')
 RETURNING *;
 
 -- name: job_count_by_state
-SELECT state, count(*) AS n FROM conveyor_jobs
+SELECT state, count(*) AS n FROM conveyor_jobs_all
 WHERE (:queue IS NULL OR queue = :queue)
 GROUP BY state;
 

@@ -33,3 +33,17 @@ INSERT INTO conveyor_jobs
     (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at,
      concurrency_key)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
+
+-- name: job_reserve_ids
+-- PostgreSQL reserves the ids of a COPY batch with this name; SQLite has no COPY, and
+-- its plain batches learn their contiguous ids from last_insert_rowid() (sqlite/batch.py).
+-- Kept for parity: the id the next insert will take.
+SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'conveyor_jobs'), 0) + 1 AS id;
+
+-- name: job_copy_plain
+-- PostgreSQL's COPY of a plain batch; here executemany of job_insert_plain is already the
+-- bulk path, so this is the same statement (kept for parity).
+INSERT INTO conveyor_jobs
+    (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at,
+     concurrency_key)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);

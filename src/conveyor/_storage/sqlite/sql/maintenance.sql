@@ -12,7 +12,7 @@ WHERE id = :id AND (state <> 'running' OR :force = 1)
 RETURNING *;
 
 -- name: job_purge_count
-SELECT state, count(*) AS n, max(id) AS max_id FROM conveyor_jobs
+SELECT state, count(*) AS n, max(id) AS max_id FROM conveyor_jobs_all
 WHERE instr(:states, ',' || state || ',') > 0 AND state <> 'running'
   AND (:queue IS NULL OR queue = :queue)
   AND (:task IS NULL OR task = :task)
@@ -23,7 +23,7 @@ GROUP BY state;
 
 -- name: job_purge_pick
 -- The next batch's candidates, read outside any write transaction.
-SELECT id FROM conveyor_jobs
+SELECT id FROM conveyor_jobs_all
 WHERE instr(:states, ',' || state || ',') > 0 AND state <> 'running'
   AND (:queue IS NULL OR queue = :queue)
   AND (:task IS NULL OR task = :task)
@@ -47,13 +47,16 @@ RETURNING id, task, queue, state, attempt;
 -- name: job_prune_count
 -- What job_prune would delete now, all batches together (`conveyor prune --dry-run`).
 -- The same filter as job_prune, queue and exclude included.
-SELECT count(*) AS n FROM conveyor_jobs
+SELECT count(*) AS n FROM conveyor_jobs_all AS j
 WHERE ((state IN ('completed', 'cancelled')
         AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :completed_age)
     OR (state = 'discarded'
         AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :discarded_age))
   AND (:queue IS NULL OR queue = :queue)
-  AND (:queue IS NOT NULL OR queue NOT IN (SELECT value FROM json_each(:exclude)));
+  AND (:queue IS NOT NULL OR queue NOT IN (SELECT value FROM json_each(:exclude)))
+  AND (j.followers = 0 OR NOT EXISTS (
+      SELECT 1 FROM conveyor_job_deps AS d JOIN conveyor_jobs AS w ON w.id = d.job_id
+      WHERE d.depends_on = j.id AND w.state = 'pending'));
 
 -- name: job_rescue_candidates
 -- The jobs job_rescue_expired would rescue now (`conveyor rescue --dry-run`).

@@ -5,7 +5,7 @@
 -- characters (PostgreSQL: left(split_part(error, E'\n', 1), 200)).
 
 -- name: job_search
-SELECT j.* FROM conveyor_jobs AS j
+SELECT j.* FROM conveyor_jobs_all AS j
 WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
   AND (:queue IS NULL OR j.queue = :queue)
   AND (:task IS NULL OR j.task = :task)
@@ -22,7 +22,7 @@ LIMIT :limit;
 
 -- name: job_search_newer
 -- The page after :after_id towards the newest job, read upwards (the caller reverses it).
-SELECT j.* FROM conveyor_jobs AS j
+SELECT j.* FROM conveyor_jobs_all AS j
 WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
   AND (:queue IS NULL OR j.queue = :queue)
   AND (:task IS NULL OR j.task = :task)
@@ -39,7 +39,7 @@ LIMIT :limit;
 
 -- name: job_count_capped
 SELECT count(*) AS n FROM (
-    SELECT 1 FROM conveyor_jobs AS j
+    SELECT 1 FROM conveyor_jobs_all AS j
     WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
       AND (:queue IS NULL OR j.queue = :queue)
       AND (:task IS NULL OR j.task = :task)
@@ -59,18 +59,18 @@ SELECT queue, state, n FROM conveyor_queue_depth;
 
 -- name: job_count_final_capped
 SELECT 'completed' AS state, count(*) AS n
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'completed' AND state NOT IN ('available', 'running') LIMIT :cap)
+FROM (SELECT 1 FROM conveyor_jobs_all WHERE state = 'completed' AND state NOT IN ('available', 'running') LIMIT :cap)
 UNION ALL
 SELECT 'cancelled', count(*)
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'cancelled' AND state NOT IN ('available', 'running') LIMIT :cap)
+FROM (SELECT 1 FROM conveyor_jobs_all WHERE state = 'cancelled' AND state NOT IN ('available', 'running') LIMIT :cap)
 UNION ALL
 SELECT 'discarded', count(*)
-FROM (SELECT 1 FROM conveyor_jobs WHERE state = 'discarded' AND state NOT IN ('available', 'running') LIMIT :cap);
+FROM (SELECT 1 FROM conveyor_jobs_all WHERE state = 'discarded' AND state NOT IN ('available', 'running') LIMIT :cap);
 
 -- name: job_count_final_by_queue
 -- Exact counts of the final states per queue (`conveyor queues list`): one pass over
 -- the cold state index, whose WHERE term is repeated for SQLite.
-SELECT queue, state, count(*) AS n FROM conveyor_jobs
+SELECT queue, state, count(*) AS n FROM conveyor_jobs_all
 WHERE state IN ('completed', 'cancelled', 'discarded') AND state NOT IN ('available', 'running')
 GROUP BY queue, state;
 
@@ -85,7 +85,7 @@ FROM (
            substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
                              CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
                                   THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) AS error
-    FROM conveyor_jobs AS j
+    FROM conveyor_jobs_all AS j
     WHERE j.state IN ('retryable', 'discarded') AND j.state NOT IN ('available', 'running')
       AND (:queue IS NULL OR j.queue = :queue)
       AND (:task IS NULL OR j.task = :task)
@@ -135,7 +135,7 @@ SET state = 'discarded',
                  '$.attempt', attempt,
                  '$.at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
 WHERE id IN (SELECT value FROM json_each(:ids))
-  AND state IN ('scheduled', 'available', 'retryable')
+  AND state IN ('pending', 'scheduled', 'available', 'retryable')
 RETURNING id;
 
 -- name: job_count_running_by_node

@@ -1,0 +1,151 @@
+"""Plain batches through ``COPY ... FROM STDIN (FORMAT BINARY)``: the fastest way into
+PostgreSQL, several times cheaper than an unnest INSERT for client and server alike.
+
+A batch is one transaction of two statements:
+
+1. ``job_reserve_ids`` reserves the ids (``nextval`` once per job: COPY cannot return
+   them, and an identity column accepts explicit values from COPY), reads the
+   transaction's ``now()`` (the jobs' creation time, as every insert uses) and sends
+   one NOTIFY per queue, delivered only if the transaction commits;
+2. ``job_copy_plain`` streams the rows, encoded here: state and due time are computed
+   from that ``now()`` exactly as ``job_insert_plain`` computes them.
+
+The binary rows are built by hand rather than by psycopg's per-value dumpers: jobs of
+one batch share everything but their id and arguments (same task, queue, options), so
+the rest of each row is encoded once per distinct combination and reused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import tuple_row
+
+from ..job_types import JobInsert
+
+#: Batches at least this large go through COPY; smaller ones through one INSERT. COPY
+#: takes four round trips (BEGIN, reserve, COPY, COMMIT) where the autocommitted INSERT
+#: takes one, and pays off as the batch grows: on the loaded 2-core machine the two
+#: crossed between 128 and 512 jobs (2,000 jobs: 117 ms against 162 ms).
+COPY_MIN_BATCH = 256
+
+_HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
+_TRAILER = b"\xff\xff"
+_PG_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_NULL = b"\xff\xff\xff\xff"
+#: Fields per row; the order of ``job_copy_plain``'s column list.
+_FIELDS = 13
+_tail = struct.Struct(">iqi").pack  # id's length and value, then the arguments' length
+
+
+def _text(value: str | None) -> bytes:
+    if value is None:
+        return _NULL
+    data = value.encode()
+    return len(data).to_bytes(4, "big", signed=True) + data
+
+
+def _jsonb(value: str) -> bytes:
+    data = value.encode()  # jsonb's binary format: a version byte, then the text
+    return (len(data) + 1).to_bytes(4, "big", signed=True) + b"\x01" + data
+
+
+def _micros(value: datetime) -> int:
+    """Microseconds since PostgreSQL's epoch, its timestamptz binary format."""
+    delta = value - _PG_EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _prefix(job: JobInsert, state: str, due: int, now: int) -> bytes:
+    """Every field of a row before its id and arguments."""
+    return b"".join((
+        _FIELDS.to_bytes(2, "big"), _text(job.task), _text(job.queue), _jsonb(job.kwargs_json),
+        struct.pack(">ih", 2, job.priority), struct.pack(">ii", 4, job.max_attempts),
+        _jsonb(job.tags_json), _jsonb(job.meta_json), _text(state),
+        struct.pack(">iq", 8, due), struct.pack(">iq", 8, now), _text(job.concurrency_key),
+    ))
+
+
+@dataclass(frozen=True, slots=True)
+class Inserted:
+    """What the database decided for a plain batch, in input order: ids, states, due
+    times, and the creation time they share (the transaction's ``now()``)."""
+
+    ids: list[int]
+    states: list[str]
+    scheduled: list[datetime]
+    now: datetime
+
+
+def encode(jobs: Sequence[JobInsert], ids: Sequence[int], now: datetime) -> tuple[bytes, Inserted]:
+    """The COPY BINARY stream of ``jobs`` with these ``ids``, and what it writes."""
+    now_us = _micros(now)
+    prefixes: dict[tuple[Any, ...], bytes] = {}
+    chunks = [_HEADER]
+    append = chunks.append
+    states: list[str] = []
+    scheduled: list[datetime] = []
+    for job, job_id in zip(jobs, ids, strict=True):
+        if job.run_at is None and not job.delay:
+            due, when = now_us, now
+        else:
+            when = (job.run_at.astimezone(UTC) if job.run_at is not None
+                    else now + timedelta(seconds=float(job.delay or 0.0)))
+            due = _micros(when)
+        state = "scheduled" if due > now_us else "available"
+        states.append(state)
+        scheduled.append(when)
+        key = (job.task, job.queue, job.kwargs_json, job.priority, job.max_attempts,
+               job.tags_json, job.meta_json, job.concurrency_key, due)
+        prefix = prefixes.get(key)
+        if prefix is None:
+            prefix = prefixes[key] = _prefix(job, state, due, now_us)
+        args = job.args_json.encode()
+        append(prefix)
+        append(_tail(8, job_id, len(args) + 1))
+        append(b"\x01")
+        append(args)
+    append(_TRAILER)
+    return b"".join(chunks), Inserted(list(ids), states, scheduled, now)
+
+
+def _reserve_values(jobs: Sequence[JobInsert], channel: str) -> dict[str, Any]:
+    return {"count": len(jobs), "queues": sorted({j.queue for j in jobs}), "channel": channel}
+
+
+async def copy_async(conn: psycopg.AsyncConnection[Any], queries: Mapping[str, str],
+                     jobs: Sequence[JobInsert], channel: str,
+                     prepare: bool | None = None) -> Inserted:
+    """Copy ``jobs`` in one transaction: its own on an autocommit connection (a pooled
+    one), else the one the connection is in or implicitly begins (a caller's, which the
+    caller commits or rolls back: ``transaction()`` there would commit on its own)."""
+    async with conn.transaction() if conn.autocommit else contextlib.nullcontext():
+        cur = conn.cursor(row_factory=tuple_row)
+        await cur.execute(queries["job_reserve_ids"], _reserve_values(jobs, channel),
+                          prepare=prepare)
+        row = await cur.fetchone()
+        assert row is not None
+        data, copied = encode(jobs, sorted(row[1]), row[0])
+        async with cur.copy(queries["job_copy_plain"]) as copy:
+            await copy.write(data)
+    return copied
+
+
+def copy_sync(conn: psycopg.Connection[Any], queries: Mapping[str, str],
+              jobs: Sequence[JobInsert], channel: str, prepare: bool | None = None) -> Inserted:
+    """``copy_async`` on a synchronous connection."""
+    with conn.transaction() if conn.autocommit else contextlib.nullcontext():
+        cur = conn.cursor(row_factory=tuple_row)
+        row = cur.execute(queries["job_reserve_ids"], _reserve_values(jobs, channel),
+                          prepare=prepare).fetchone()
+        assert row is not None
+        data, copied = encode(jobs, sorted(row[1]), row[0])
+        with cur.copy(queries["job_copy_plain"]) as copy:
+            copy.write(data)
+    return copied

@@ -1,0 +1,248 @@
+"""The PostgreSQL backend's connections: the pools (a reserved one for the writes a
+worker must not lose), the LISTEN connections, how a named statement runs (prepared
+after a few uses, never behind a transaction pooler), opening, closing and the schema
+check. ``PostgresStorage`` (storage.py) adds the statements' paths on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, ClassVar
+
+import psycopg
+from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from ..._errors import DatabaseUnavailableError, SchemaError
+from ..._job import JobState
+from ..base import changed_jobs
+from ..composition import CompositionStorage
+from ..freelist import FreeList
+from ..job_types import (
+    JobBulkParams,
+    JobChanged,
+    JobFilter,
+)
+from ..schema import DbHealth, DbHealthParams, MigrateParams, Migration, pending_migrations
+from ..wake import WakeCallback, WakeHub
+from . import schema
+from .connection import Errors, PostgresConfig, configure, connect_kwargs, prepare_threshold
+from .listener import Listener, finished_channel
+
+Conn = psycopg.AsyncConnection[DictRow]
+_CHANNEL = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+#: Hot statements (claim, ack, heartbeat) are prepared after this many uses.
+_PREPARE_THRESHOLD = 5
+#: Statements that use the reserved connections: a worker that cannot send them loses
+#: its leases (rescue, duplicate run) or holds finished jobs in limbo.
+_RESERVED = frozenset({"job_ack", "job_ack_completed", "job_heartbeat", "node_upsert"})
+#: Seconds a statement waits for a pooled connection while the database looks down
+#: (``_conn``), instead of the pool's 30: callers (a dashboard page, a worker's claim)
+#: hear "unavailable" at once and nothing waits on a server that refuses.
+_DOWN_WAIT = 0.5
+#: The pool's counters of connections that failed to open, broke in use, or failed its check.
+_FAILURE_STATS = ("connections_errors", "returns_bad", "connections_lost")
+#: Never prepared: a generic plan for "x IS NULL OR col = x" cannot pick an index.
+_UNPREPARED = frozenset({
+    "job_list", "job_count_by_state", "node_list", "job_search", "job_search_newer",
+    "job_count_capped", "job_count_by_queue", "job_count_final_capped", "job_failure_groups",
+    "job_count_running_by_node", "metrics_series", "metrics_totals", "metrics_depth_series",
+    "metrics_depth_sample", "job_pick_matching", "job_history_pick_matching",
+})
+
+
+
+class PostgresPools(CompositionStorage):
+    """The PostgreSQL backend's pools, its LISTEN connections, the statements' runner
+    (reserved connections for the hot writes, prepared or not), its lifecycle and schema
+    checks: everything ``PostgresStorage`` runs its statements through."""
+
+    dialect: ClassVar[str] = "postgres"
+    json_text: ClassVar[bool] = False
+    wake_locally: ClassVar[bool] = False  # statements NOTIFY; the listener wakes the hub
+    unique_violation: ClassVar[type[Exception]] = psycopg.errors.UniqueViolation
+
+    def __init__(self, config: PostgresConfig, hub: WakeHub) -> None:
+        if not _CHANNEL.match(config.channel):
+            raise ValueError(f"channel must match {_CHANNEL.pattern}, got {config.channel!r}")
+        if not 0 <= config.min_size <= config.max_size or config.max_size < 1:
+            raise ValueError("need 0 <= min_size <= max_size and max_size >= 1")
+        super().__init__(hub, poll_interval=config.poll_interval)
+        self._config = config
+        self._errors = Errors(config.url, config.pooled)
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        #: Per pool, the sum of its ``_FAILURE_STATS`` when it last handed one out.
+        self._failed_seen: dict[str, int] = {}
+        self._reserved: AsyncConnectionPool[Conn] | None = None
+        blocking_kwargs = {**connect_kwargs(config), "prepare_threshold": prepare_threshold(config, 1)}
+        self._blocking: FreeList[psycopg.Connection[Any]] = FreeList(
+            lambda: psycopg.connect(config.url, **blocking_kwargs),
+            lambda conn: conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE,
+            config.max_size,
+            lambda: psycopg.OperationalError("no free connection for the sync enqueue"))
+        self._listener = Listener(config, hub, self._errors)
+        self._finished_channel = finished_channel(config.channel)
+        self._finish_listener = Listener(config, hub.finished, self._errors,
+                                         self._finished_channel)
+
+    # -- connections and what BaseStorage asks for -----------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def _conn(self, reserved: bool = False) -> AsyncIterator[Conn]:
+        pool = self._reserved if reserved else self._pool
+        if pool is None:
+            raise DatabaseUnavailableError("storage is not open")
+        stats = pool.get_stats()
+        failed = sum(stats.get(k, 0) for k in _FAILURE_STATS)
+        # Since the pool last handed out a connection, one broke or an attempt to
+        # connect failed, and none is idle: the server is likely gone, answer soon.
+        down = failed > self._failed_seen.get(pool.name, 0) and not stats["pool_available"]
+        with self._errors.translate():
+            async with pool.connection(_DOWN_WAIT if down else None) as conn:
+                self._failed_seen[pool.name] = failed
+                yield conn
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self, reserved: bool = False) -> AsyncIterator[Conn]:
+        async with self._conn(reserved) as conn, conn.transaction():
+            yield conn
+
+    async def _fetch(self, name: str, values: Mapping[str, Any],
+                     conn: Conn | None = None) -> list[DictRow]:
+        """Run one named query (on ``conn``, or a pooled connection); queries that make
+        jobs ready NOTIFY %(channel)s."""
+        values = {**values, "channel": self._config.channel,
+                  "finished_channel": self._finished_channel}
+        prepare = False if name in _UNPREPARED else None
+        if conn is not None:
+            cur = await conn.execute(self._q[name], values, prepare=prepare)
+            return await cur.fetchall() if cur.description is not None else []
+        async with self._conn(reserved=name in _RESERVED) as pooled:
+            cur = await pooled.execute(self._q[name], values, prepare=prepare)
+            return await cur.fetchall() if cur.description is not None else []
+
+    async def _read(self, name: str, values: Mapping[str, Any]) -> list[DictRow]:
+        return await self._fetch(name, values)
+
+    async def _write(self, name: str, values: Mapping[str, Any]) -> list[DictRow]:
+        return await self._fetch(name, values)
+
+    def _time(self, value: datetime) -> Any:
+        return value
+
+    def _filter_values(self, f: JobFilter) -> dict[str, Any]:
+        return {
+            "states": [s.value for s in f.states] or None, "queue": f.queue, "task": f.task,
+            "tag": f.tag, "text": f.text or None, "error_key": f.error_key,
+            "ids": list(f.ids) or None, "min_id": f.min_id,
+        }
+
+    async def _change_matching(self, params: JobBulkParams, allowed: Sequence[JobState],
+                               update: str, extra: Mapping[str, Any]) -> list[JobChanged]:
+        """Lock the matching jobs (skipping locked ones) and change them."""
+        values = {**self._filter_values(params.filter), "limit": params.limit,
+                  "allowed": [s.value for s in allowed]}
+        async with self._transaction() as conn:
+            picked = await self._fetch("job_pick_matching", values, conn)
+            if not picked:
+                return []
+            changed = await self._fetch(update, {"ids": [r["id"] for r in picked], **extra}, conn)
+        return changed_jobs(picked, {r["id"] for r in changed})
+
+    async def _move(self, pick: str, then: Sequence[str],
+                    values: Mapping[str, Any]) -> tuple[list[DictRow], list[DictRow]]:
+        async with self._transaction() as conn:
+            picked = await self._fetch(pick, values, conn)
+            rows: list[DictRow] = []
+            if picked:
+                ids = {"ids": [r["id"] for r in picked]}
+                for name in then:
+                    rows = await self._fetch(name, {**values, **ids}, conn)
+        return picked, rows
+
+    def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        return self._listener.subscribe(callback)
+
+    def finish_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
+        return self._finish_listener.subscribe(callback)
+
+    def _woke(self, queues: Iterable[str]) -> None:
+        """Without LISTEN (polling behind a pooler) wake this process's producers here."""
+        if self._listener.polling:
+            for queue in set(queues):
+                self._hub.notify(queue)
+
+    # -- lifecycle and schema ----------------------------------------------------------------
+
+    async def open(self, *, check_schema: bool = True) -> None:
+        """Connect; ``check_schema=False`` is for ``conveyor migrate`` itself."""
+        if self._pool is not None:
+            return
+        # One direct connection first: it fails fast and with libpq's own reason, where
+        # the pool would only report a timeout.
+        try:
+            probe = await psycopg.AsyncConnection.connect(
+                self._config.url, **connect_kwargs(self._config))
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:  # down, bad URL
+            raise self._errors.unavailable(exc) from (exc if self._errors.redacted else None)
+        await probe.close()
+        pool = self._new_pool("conveyor", self._config.min_size, self._config.max_size)
+        try:
+            with self._errors.translate():
+                await pool.open(wait=True, timeout=self._config.connect_timeout)
+        except BaseException:
+            await pool.close()  # stop its workers from reconnecting in the background
+            raise
+        self._pool = pool
+        self._reserved = self._new_pool("conveyor-reserved", 0,
+                                        max(self._config.reserved_size, 1))
+        await self._reserved.open()
+        if check_schema:
+            try:
+                await self._check_schema()
+            except BaseException:
+                await self.close()
+                raise
+
+    def _new_pool(self, name: str, min_size: int, max_size: int) -> AsyncConnectionPool[Conn]:
+        kwargs = {**connect_kwargs(self._config), "row_factory": dict_row,
+                  "prepare_threshold": prepare_threshold(self._config, _PREPARE_THRESHOLD)}
+        return AsyncConnectionPool(
+            self._config.url, connection_class=Conn, kwargs=kwargs, min_size=min_size,
+            max_size=max_size, open=False, name=name, configure=configure)
+
+    async def close(self) -> None:
+        for listener in (self._listener, self._finish_listener):
+            task = listener.stop()
+            if task is not None and task.get_loop() is asyncio.get_running_loop():
+                await asyncio.wait([task])  # let it close its connection before we return
+        pool, self._pool = self._pool, None
+        reserved, self._reserved = self._reserved, None
+        for each in (pool, reserved):
+            if each is not None:
+                await each.close()
+        await asyncio.to_thread(self._blocking.close)
+
+    async def _check_schema(self) -> None:
+        """Refuse to run on a missing or old schema instead of failing mid-job later."""
+        async with self._conn() as conn:
+            done = await schema.applied(conn)
+        if pending := pending_migrations(self.dialect, done):
+            raise SchemaError(
+                f"the Conveyor schema in {self._errors.where()} is missing or outdated "
+                f"({len(pending)} migration(s) pending); run `conveyor migrate` first"
+            )
+
+    async def schema_pending(self) -> list[Migration]:
+        return await self.migrate(MigrateParams(dry_run=True))
+
+    async def migrate(self, params: MigrateParams) -> list[Migration]:
+        async with self._transaction() as conn:
+            return await schema.migrate(conn, params)
+
+    async def db_health(self, params: DbHealthParams) -> DbHealth:
+        return await schema.health(self._config, self._errors, self._q["schema_version"], params)

@@ -1,0 +1,347 @@
+"""The fast enqueue paths: COPY bulk batches on PostgreSQL, the ids-only return
+(``enqueue_many_ids``), batch encoding with shared templates, and pipelined single
+``enqueue_async`` calls. Every one must write exactly what the plain paths write."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Awaitable, Callable
+from contextlib import closing
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from cryptography.fernet import Fernet
+
+from conveyor import (
+    Conveyor,
+    ConveyorConfig,
+    DatabaseUnavailableError,
+    Job,
+    JobState,
+    PayloadTooLargeError,
+    StateChange,
+    Unique,
+)
+from conveyor._app.pipeline import InsertPipeline
+from conveyor._payload_crypt import ENV
+from conveyor._storage import JobInsert, JobInsertManyParams, make_insert, make_job
+
+#: At least COPY_MIN_BATCH (postgres/copy_insert.py): these batches go through COPY.
+BIG = 300
+
+
+def _comparable(job: Job) -> tuple[Any, ...]:
+    return (job.id, job.task, job.queue, job.args, job.kwargs, job.priority, job.state,
+            job.attempt, job.max_attempts, job.scheduled_at, job.created_at, job.tags,
+            job.meta, job.concurrency_key)
+
+
+def _mixed_specs(app: Conveyor) -> list[Any]:
+    """A batch of every shape a plain job takes: options, delays, run_at, rich args."""
+    @app.task(queue="media", priority=3, tags=["img"], concurrency=2)
+    def resize(path: str, *, width: int = 100) -> None: ...
+
+    @app.task
+    def mail(to: str, subject: str = "") -> None: ...
+
+    later = datetime.now(UTC) + timedelta(hours=1)
+    specs: list[Any] = []
+    for i in range(BIG):
+        if i % 4 == 0:
+            specs.append(resize.job(f"/p/{i}.png", width=i))
+        elif i % 4 == 1:
+            specs.append(mail.options(delay=30 + i, tags=["t"], meta={"i": i}).job(f"{i}@x"))
+        elif i % 4 == 2:
+            specs.append(mail.options(run_at=later, queue="slow", priority=-2).job("é", "ü"))
+        else:
+            specs.append(mail.job(f"{i}@x", subject="s" * (i % 7)))
+    return specs
+
+
+def test_bulk_jobs_and_ids_match_what_is_stored_in_input_order(app: Conveyor) -> None:
+    specs = _mixed_specs(app)
+    jobs = app.enqueue_many(specs)
+    ids = app.enqueue_many_ids(specs)
+    assert len(jobs) == len(ids) == BIG
+    assert [j.id for j in jobs] == sorted(j.id for j in jobs)  # input order is id order
+    assert ids == sorted(ids) and not set(ids) & {j.id for j in jobs}
+    for job in jobs:  # the Jobs built from what was sent are what the database holds
+        stored = app.get_job(job.id)
+        assert stored is not None and _comparable(stored) == _comparable(job)
+    for index, (job, job_id) in enumerate(zip(jobs, ids, strict=True)):
+        twin = app.get_job(job_id)
+        assert twin is not None, index
+        assert (twin.task, twin.queue, twin.args, twin.kwargs, twin.state, twin.tags,
+                twin.meta, twin.priority) == (job.task, job.queue, job.args, job.kwargs,
+                                              job.state, job.tags, job.meta, job.priority)
+    states = [j.state for j in jobs]
+    assert states.count(JobState.SCHEDULED) == BIG // 2  # the delayed and run_at ones
+    assert jobs[0].concurrency_key == "resize" and jobs[1].meta == {"i": 1}
+
+
+def test_unique_and_plain_jobs_in_one_batch(app: Conveyor) -> None:
+    @app.task(unique=Unique())
+    def sync_user(user: int) -> None: ...
+
+    @app.task
+    def plain(i: int) -> None: ...
+
+    first = app.enqueue_many_ids([sync_user.job(1)])
+    specs = [plain.job(i) for i in range(BIG)] + [sync_user.job(1), sync_user.job(2)]
+    ids = app.enqueue_many_ids(specs)
+    assert ids[-2] == first[0]  # the duplicate gets the live holder's id
+    jobs = app.enqueue_many([sync_user.job(2), plain.job(-1)])
+    assert jobs[0].duplicate and jobs[0].id == ids[-1] and not jobs[1].duplicate
+    assert app.count_jobs()["available"] == 1 + BIG + 1 + 1
+
+
+def test_batches_split_by_max_batch_keep_order(db_url: str) -> None:
+    app = Conveyor(db_url, config=ConveyorConfig(max_batch=260))  # COPY, then an INSERT
+    try:
+        @app.task
+        def noop(i: int) -> None: ...
+
+        ids = app.enqueue_many_ids([noop.job(i) for i in range(BIG)])
+        assert ids == sorted(ids) and len(set(ids)) == BIG
+        assert [app.get_job(i).args for i in (ids[0], ids[259], ids[260], ids[-1])] == [  # type: ignore[union-attr]
+            [0], [259], [260], [BIG - 1]]
+    finally:
+        app.close()
+
+
+def test_async_bulk_ids_and_jobs(app: Conveyor) -> None:
+    @app.task
+    def noop(i: int) -> None: ...
+
+    async def main() -> tuple[list[int], list[Job]]:
+        try:
+            ids = await app.enqueue_many_ids_async([noop.job(i) for i in range(BIG)])
+            jobs = await app.enqueue_many_async([noop.job(i) for i in range(BIG)])
+            return ids, jobs
+        finally:
+            await app.close_async()
+
+    ids, jobs = asyncio.run(main())
+    assert [app.get_job(i).args for i in ids] == [[i] for i in range(BIG)]  # type: ignore[union-attr]
+    assert [j.args for j in jobs] == [[i] for i in range(BIG)]
+
+
+def _in_caller_transaction(db_url: str, body: Callable[[Any], object]) -> None:
+    """Run ``body(connection)`` in a transaction of the caller's own that rolls back."""
+    if db_url.startswith("sqlite"):
+        with closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
+            conn.execute("BEGIN")
+            body(conn)
+            conn.rollback()
+    else:
+        with psycopg.connect(db_url) as pg, pytest.raises(ZeroDivisionError), pg.transaction():
+            body(pg)
+            raise ZeroDivisionError
+        with psycopg.connect(db_url) as pg:  # the implicit transaction of a plain connection
+            body(pg)
+            pg.rollback()
+
+
+def test_a_rolled_back_caller_transaction_leaves_no_bulk_job(app: Conveyor, db_url: str) -> None:
+    @app.task
+    def noop(i: int) -> None: ...
+
+    seen: list[int] = []
+
+    def body(conn: Any) -> None:
+        seen.extend(app.enqueue_many_ids([noop.job(i) for i in range(BIG)], connection=conn))
+        seen.extend(j.id for j in app.enqueue_many([noop.job(i) for i in range(BIG)],
+                                                   connection=conn))
+
+    _in_caller_transaction(db_url, body)
+    assert len(set(seen)) == (2 if db_url.startswith("sqlite") else 4) * BIG
+    assert app.count_jobs()["available"] == 0 and app.list_jobs() == []
+    kept = app.enqueue_many_ids([noop.job(1)])
+    assert app.get_job(kept[0]) is not None
+
+
+def test_a_rolled_back_async_caller_transaction_leaves_nothing(app: Conveyor, db_url: str) -> None:
+    if not db_url.startswith("postgres"):
+        pytest.skip("async caller connections are a psycopg feature")
+
+    @app.task
+    def noop(i: int) -> None: ...
+
+    async def main() -> list[int]:
+        async with await psycopg.AsyncConnection.connect(db_url) as conn:
+            with pytest.raises(ZeroDivisionError):
+                async with conn.transaction():
+                    await app.enqueue_many_ids_async([noop.job(i) for i in range(BIG)],
+                                                     connection=conn)
+                    raise ZeroDivisionError
+            async with conn.transaction():
+                return await app.enqueue_many_ids_async([noop.job(i) for i in range(BIG)],
+                                                        connection=conn)
+
+    ids = asyncio.run(main())
+    assert sorted(j.id for j in app.list_jobs(limit=1000)) == ids
+
+
+def test_bad_input_is_refused_and_writes_nothing(app: Conveyor) -> None:
+    @app.task
+    def noop(i: int) -> None: ...
+
+    with pytest.raises(TypeError, match="list of jobs"):
+        app.enqueue_many_ids(noop.job(1))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="expected a job"):
+        app.enqueue_many_ids([noop.job(i) for i in range(BIG)] + ["x"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="not JSON-serialisable"):
+        app.enqueue_many_ids([noop.job(i) for i in range(BIG)] + [noop.job(object())])  # type: ignore[arg-type]
+    with pytest.raises(PayloadTooLargeError):
+        app.enqueue_many_ids([noop.job(i) for i in range(BIG)] + [noop.job("x" * 2_000_000)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="arguments do not fit"):
+        app.enqueue_many_ids([noop.job(1, 2)])  # type: ignore[call-arg]
+    a: list[Any] = []
+    a.append(a)  # a cycle: the fast encoder's RecursionError becomes the same clear error
+    with pytest.raises(TypeError, match="not JSON-serialisable"):
+        app.enqueue_many_ids([noop.job(a)])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="connection"):
+        app.enqueue_many_ids([noop.job(i) for i in range(BIG)], connection=object())
+    assert app.list_jobs() == []
+    assert app.enqueue_many_ids([]) == []
+
+
+def test_a_dead_database_gives_a_clear_error_on_bulk_ids(tmp_path: Any) -> None:
+    for url in ("postgresql://postgres@127.0.0.1:1/nothing",
+                f"sqlite:///{tmp_path}/missing/dir/jobs.db"):
+        app = Conveyor(url)
+
+        @app.task
+        def noop(i: int) -> None: ...
+
+        with pytest.raises(DatabaseUnavailableError):
+            app.enqueue_many_ids([noop.job(i) for i in range(BIG)])
+        with pytest.raises(DatabaseUnavailableError):
+            asyncio.run(noop.enqueue_async(1))
+        app.close()
+
+
+def test_listeners_see_bulk_ids_enqueues(app: Conveyor) -> None:
+    seen: list[StateChange] = []
+    app.on_state_change(seen.append)
+
+    @app.task
+    def noop(i: int) -> None: ...
+
+    ids = app.enqueue_many_ids([noop.job(i) for i in range(BIG)])
+    assert [c.job_id for c in seen] == ids
+    assert {c.state for c in seen} == {JobState.AVAILABLE}
+
+
+def test_encrypted_jobs_are_sealed_on_the_bulk_path(
+        app: Conveyor, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV, Fernet.generate_key().decode())
+
+    @app.task(encrypt=True)
+    def pay(card: str) -> None: ...
+
+    ids = app.enqueue_many_ids([pay.job(f"4111-{i:04}") for i in range(BIG)])
+    query = "SELECT args FROM conveyor_jobs"
+    if db_url.startswith("sqlite"):
+        with closing(sqlite3.connect(db_url.removeprefix("sqlite:///"))) as conn:
+            text = " ".join(r[0] for r in conn.execute(query))
+    else:
+        with psycopg.connect(db_url) as pg:
+            text = " ".join(r[0] for r in pg.execute(query.replace("args", "args::text")))
+    assert "4111" not in text and text.count("encrypted") == BIG
+    sealed = {str(app.get_job(i).args) for i in ids}  # type: ignore[union-attr]
+    assert len(sealed) == BIG  # each job sealed on its own, never a shared template
+
+
+def test_concurrent_enqueue_async_calls_are_written_together(app: Conveyor) -> None:
+    @app.task
+    def noop(i: int) -> None: ...
+
+    async def main() -> list[Job]:
+        try:
+            return await asyncio.gather(*(noop.enqueue_async(i) for i in range(BIG)))
+        finally:
+            await app.close_async()
+
+    jobs = asyncio.run(main())
+    assert [j.args for j in jobs] == [[i] for i in range(BIG)]
+    assert len({j.id for j in jobs}) == BIG
+    for job in jobs[::17]:
+        stored = app.get_job(job.id)
+        assert stored is not None and _comparable(stored) == _comparable(job)
+
+
+def _insert(task: str) -> JobInsert:
+    return make_insert(task=task, queue="default", args_json="[]", kwargs_json="{}",
+                       priority=0, max_attempts=1, tags_json="[]", meta_json="{}")
+
+
+def test_a_failed_pipelined_batch_gives_each_caller_its_own_outcome() -> None:
+    """One job the database refuses fails its own caller only (InsertPipeline alone:
+    the write is a stand-in that refuses any batch holding a "bad" job)."""
+    batches: list[list[str]] = []
+
+    async def write(params: JobInsertManyParams) -> list[Job]:
+        await asyncio.sleep(0)  # in flight: later callers queue up
+        batches.append([j.task for j in params.jobs])
+        if any(j.task == "bad" for j in params.jobs):
+            raise ValueError("refused")
+        return [make_job(id=len(batches) * 1000 + i, task=j.task, queue=j.queue, args=[],
+                         kwargs={}, priority=0, state=JobState.AVAILABLE, attempt=0,
+                         max_attempts=1, scheduled_at=None, created_at=None, errors=[],
+                         tags=[], meta={}) for i, j in enumerate(params.jobs)]
+
+    async def main() -> list[Any]:
+        pipeline = InsertPipeline(None, write, max_batch=3)
+        calls: list[Awaitable[Job]] = [pipeline.insert(_insert(t)) for t in
+                                       ["a", "b", "bad", "c", "d", "e", "f"]]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    out = asyncio.run(main())
+    assert [type(o).__name__ for o in out] == ["Job", "Job", "ValueError"] + ["Job"] * 4
+    assert [o.task for o in out if isinstance(o, Job)] == ["a", "b", "c", "d", "e", "f"]
+    assert batches[0] == ["a"]  # a lone caller is written at once
+    assert ["b", "bad", "c"] in batches and ["b"] in batches and ["bad"] in batches
+    assert max(len(b) for b in batches) == 3  # max_batch
+
+
+def test_concurrent_enqueue_async_of_one_unique_job_gives_one_job(app: Conveyor) -> None:
+    @app.task(unique=Unique())
+    def sync_user(user: int) -> None: ...
+
+    async def main() -> list[Job]:
+        try:
+            return await asyncio.gather(*(sync_user.enqueue_async(i % 3) for i in range(30)))
+        finally:
+            await app.close_async()
+
+    jobs = asyncio.run(main())
+    assert len({j.id for j in jobs}) == 3
+    assert {j.id: j.args for j in jobs} == {j.id: [i % 3] for i, j in enumerate(jobs)}
+    assert sum(not j.duplicate for j in jobs) == 3
+    assert app.count_jobs()["available"] == 3
+
+
+def test_bulk_ids_follow_a_sqlalchemy_session(app: Conveyor, db_url: str) -> None:
+    from sqlalchemy import create_engine
+    from sqlalchemy.orm import Session
+
+    from .contrib.test_sqlalchemy import sa_url
+
+    @app.task
+    def noop(i: int) -> None: ...
+
+    engine = create_engine(sa_url(db_url))
+    try:
+        with Session(engine) as session, session.begin():
+            ids = app.enqueue_many_ids([noop.job(i) for i in range(BIG)], connection=session)
+        with Session(engine) as session:
+            session.begin()
+            app.enqueue_many_ids([noop.job(i) for i in range(BIG)], connection=session)
+            session.rollback()
+    finally:
+        engine.dispose()
+    assert sorted(j.id for j in app.list_jobs(limit=1000)) == ids and len(ids) == BIG

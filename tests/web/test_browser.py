@@ -68,6 +68,19 @@ class Shots:
                 shutil.copyfile(path, DOCS_IMAGES / f"dashboard-{path.name}")
 
 
+def open_page(chromium: Any) -> tuple[Any, Any, list[str]]:
+    """A new browser context and page at the suite's size and timeout, accepting confirm
+    dialogs; the list collects script errors and CSP violations (tests require it empty)."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 860})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    page.on("dialog", lambda dialog: dialog.accept())
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    return context, page, errors
+
+
 @pytest.fixture
 def session(chromium: Any, db_url: str, tmp_path: Path) -> Iterator[tuple[Any, str, Conveyor, Shots]]:
     # Playwright's sync API keeps an event loop running on this thread: seed on another.
@@ -77,13 +90,7 @@ def session(chromium: Any, db_url: str, tmp_path: Path) -> Iterator[tuple[Any, s
         with live_worker(app, queues={"default": 4}):
             app.tasks["slow_export"].enqueue("customers.csv")
             with serve(create_app(app, poll_interval=0.5)) as base:
-                context = chromium.new_context(viewport={"width": 1280, "height": 860})
-                page = context.new_page()
-                page.set_default_timeout(15_000)
-                page.on("dialog", lambda dialog: dialog.accept())
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+                context, page, errors = open_page(chromium)
                 shots = Shots(page, tmp_path)
                 yield page, base, app, shots
                 context.close()
@@ -227,12 +234,7 @@ def test_a_progress_bar_moves_while_a_real_worker_runs_the_job(
         with live_worker(app, queues={"default": 2}), \
                 serve(create_app(app, poll_interval=0.5)) as base:
             job = progress_steps.enqueue()
-            context = chromium.new_context(viewport={"width": 1280, "height": 860})
-            page = context.new_page()
-            page.set_default_timeout(15_000)
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            context, page, errors = open_page(chromium)
             wait_for(lambda: state_of(app, job.id) is JobState.RUNNING, timeout=15,
                      message="the job to start")
             page.goto(f"{base}/jobs/{job.id}")
@@ -299,13 +301,7 @@ def composition(chromium: Any, db_url: str) -> Iterator[tuple[Any, str, Conveyor
     try:
         with live_worker(app, queues={"default": 4}), \
                 serve(create_app(app, poll_interval=0.5)) as base:
-            context = chromium.new_context(viewport={"width": 1280, "height": 860})
-            page = context.new_page()
-            page.set_default_timeout(15_000)
-            page.on("dialog", lambda dialog: dialog.accept())
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            context, page, errors = open_page(chromium)
             try:
                 yield page, base, app
             finally:

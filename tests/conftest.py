@@ -3,6 +3,7 @@
 - ``db_url``: an empty database with the current schema, parametrised over ``sqlite`` and ``postgres``:
   every test that uses it (or ``app``) runs once per backend.
 - ``app``: a ``Conveyor`` on ``db_url``, closed after the test.
+- ``wf``: the workflow and batch tasks of ``tests/apps/workflows_app.py`` on ``db_url``.
 - ``postgres_admin_url`` / ``postgres_db_url``: the Postgres server found by ``_pg`` and a
   migrated database of this session on it (dropped at the end).
 - ``wait_for`` / ``wait_for_async``: poll a condition until it is truthy or a deadline passes.
@@ -30,6 +31,7 @@ from psycopg import sql
 from conveyor import Conveyor
 
 from . import _pg, _pgbouncer
+from .apps.workflows_app import WorkflowTasks, build
 
 T = TypeVar("T")
 
@@ -199,6 +201,16 @@ def app(db_url: str) -> Iterator[Conveyor]:
         yield conveyor
     finally:
         conveyor.close()
+
+
+@pytest.fixture
+def wf(db_url: str) -> Iterator[WorkflowTasks]:
+    """The workflow and batch tests' tasks on a fresh app on ``db_url``; closed after."""
+    tasks = build(db_url)
+    try:
+        yield tasks
+    finally:
+        tasks.app.close()
 
 
 # -- waiting ---------------------------------------------------------------------------------

@@ -3,21 +3,10 @@ once (a member retried to success included), open batches, counts, bad input."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from conveyor import BatchClosedError, BatchNotFoundError, Conveyor, JobState
 from tests.apps.workflows_app import WorkflowTasks, build
-
-
-@pytest.fixture
-def wf(db_url: str) -> Iterator[WorkflowTasks]:
-    tasks = build(db_url)
-    try:
-        yield tasks
-    finally:
-        tasks.app.close()
 
 
 def state(app: Conveyor, job_id: int | None) -> str:

@@ -10,7 +10,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -34,19 +33,10 @@ from conveyor._storage import (
     WakeHub,
     create_storage,
 )
-from tests.apps.workflows_app import WorkflowTasks, build
+from tests.apps.workflows_app import WorkflowTasks
 from tests.conftest import WaitFor
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def wf(db_url: str) -> Iterator[WorkflowTasks]:
-    tasks = build(db_url)
-    try:
-        yield tasks
-    finally:
-        tasks.app.close()
 
 
 def states(app: Conveyor, *ids: int) -> list[str]:

@@ -131,11 +131,11 @@ WHERE id = ANY(ARRAY(
       AND (%(queue)s::text IS NOT NULL
            OR queue <> ALL(ARRAY(SELECT jsonb_array_elements_text(%(exclude)s::jsonb))))
       -- a finished dependency stays while a dependent still waits (it reads its result)
-      AND (NOT j.followers OR NOT EXISTS (
+      AND (NOT j.followers OR NOT EXISTS (  -- waiting dependents, by id (schema 14)
           SELECT 1 FROM conveyor_jobs AS w
           WHERE w.id = ANY(ARRAY(SELECT d.job_id FROM conveyor_job_deps AS d
                                  WHERE d.depends_on = j.id))
-            AND w.state = 'pending'))
+            AND w.state || '' = 'pending'))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ))

@@ -55,11 +55,11 @@ WHERE ((state IN ('completed', 'cancelled')
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(queue)s::text IS NOT NULL
        OR queue <> ALL(ARRAY(SELECT jsonb_array_elements_text(%(exclude)s::jsonb))))
-  AND (NOT j.followers OR NOT EXISTS (
+  AND (NOT j.followers OR NOT EXISTS (  -- waiting dependents, by id (schema 14)
       SELECT 1 FROM conveyor_jobs AS w
       WHERE w.id = ANY(ARRAY(SELECT d.job_id FROM conveyor_job_deps AS d
                              WHERE d.depends_on = j.id))
-        AND w.state = 'pending'));
+        AND w.state || '' = 'pending'));
 
 -- name: job_rescue_candidates
 -- The jobs job_rescue_expired would rescue now (`conveyor rescue --dry-run`).

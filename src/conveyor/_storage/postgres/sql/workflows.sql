@@ -60,14 +60,16 @@ ON CONFLICT DO NOTHING;
 
 -- name: workflow_cancel
 -- New jobs whose dependency was already discarded or cancelled under the "cancel" policy.
+-- state || '': the rows are found by id whatever the statistics (see schema 14).
 UPDATE conveyor_jobs SET state = 'cancelled', finished_at = now()
-WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending';
+WHERE id = ANY(%(ids)s::bigint[]) AND state || '' = 'pending';
 
 -- name: workflow_release_held
 -- New jobs are inserted holding one extra count until their edges exist; dropping it
 -- releases those whose dependencies were all final already (the release trigger).
+-- state || '' as in workflow_cancel.
 UPDATE conveyor_jobs SET deps_pending = deps_pending - 1
-WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending';
+WHERE id = ANY(%(ids)s::bigint[]) AND state || '' = 'pending';
 
 -- name: workflow_jobs_by_ids
 SELECT * FROM conveyor_jobs_all WHERE id = ANY(%(ids)s::bigint[]) ORDER BY id;

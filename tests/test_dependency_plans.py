@@ -1,0 +1,138 @@
+"""PostgreSQL: a completion reaches its dependents through the primary key, whatever the
+statistics say.
+
+The dependency triggers find one dependent with ``WHERE id = ... AND state = 'pending'``.
+On statistics taken while no job was pending (what a queue that ran only plain jobs
+leaves), the planner once sent those lookups through the partial state index, which
+walks every pending entry to find one id: each completion cost more the more jobs were
+pending (a 10 x 1,000 DAG drained in 10.6 s instead of 2.1 s, ``bench/analysis.md``).
+This test takes exactly those statistics, completes a DAG and a set of batches, and
+counts the state index's scans: none. SQLite finds a row by its rowid before any index, so the
+question does not arise there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from conveyor import JobState, Workflow
+from conveyor._storage import (
+    JobAck,
+    JobAckManyParams,
+    JobFetchAvailableParams,
+    WakeHub,
+    create_storage,
+)
+from tests.apps.workflows_app import WorkflowTasks, build
+from tests.conftest import WaitFor, truncate_conveyor_tables
+
+pytestmark = pytest.mark.postgres
+
+LAYERS, WIDTH, BATCHES, MEMBERS = 4, 150, 30, 5
+SCANS = ("SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes"
+         " WHERE relname = 'conveyor_jobs' AND indexrelname = 'conveyor_jobs_state_idx'")
+
+
+@pytest.fixture
+def pg_wf(postgres_db_url: str) -> Iterator[tuple[str, WorkflowTasks]]:
+    """The workflow tasks on the session's database, with autovacuum off for the jobs
+    table during the test: an automatic ANALYZE would replace the statistics under test
+    (and hide the fault rather than show it)."""
+    truncate_conveyor_tables(postgres_db_url)
+    with psycopg.connect(postgres_db_url, autocommit=True) as conn:
+        conn.execute("ALTER TABLE conveyor_jobs SET (autovacuum_enabled = off)")
+    tasks = build(postgres_db_url)
+    try:
+        yield postgres_db_url, tasks
+    finally:
+        tasks.app.close()
+        with psycopg.connect(postgres_db_url, autocommit=True) as conn:
+            conn.execute("ALTER TABLE conveyor_jobs RESET (autovacuum_enabled)")
+
+
+def analyze_without_pending_rows(url: str) -> None:
+    """Statistics of a table holding only finished jobs (inserted with triggers off, as
+    the bench's earlier cases leave it), then an empty table that keeps them."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("INSERT INTO conveyor_jobs (task, queue, args, kwargs, state, deps_pending,"
+                     " followers) SELECT 'step', 'wf', '[]', '{}', 'completed', 0, false"
+                     " FROM generate_series(1, 5000)")
+        conn.execute("ANALYZE conveyor_jobs")
+        conn.execute("DELETE FROM conveyor_jobs")
+
+
+def state_index_scans(url: str, wait_for: WaitFor) -> int:
+    """The state index's scan count once every other backend of the database has exited
+    (a backend publishes its counts at exit at the latest)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        wait_for(lambda: conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND backend_type = 'client backend'"
+            " AND pid <> pg_backend_pid()").fetchone() == (0,),
+            timeout=30, message="the app's connections to close")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(SCANS).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def dag(tasks: WorkflowTasks) -> Workflow:
+    """LAYERS layers of WIDTH jobs, each depending on two jobs of the layer before."""
+    flow, before = Workflow(), []
+    for layer in range(LAYERS):
+        row = []
+        for i in range(WIDTH):
+            deps = [before[i], before[(i + 1) % WIDTH]] if before else []
+            row.append(flow.add(tasks.step.job(f"{layer}.{i}"), depends_on=deps))
+        before = row
+    return flow
+
+
+async def complete_everything(url: str) -> int:
+    """Claim and complete every job of queue ``wf`` through the storage (no reads, no
+    maintenance: the claims use the fetch index and the acks the primary key, so every
+    state-index scan would be a trigger's); the number of jobs completed."""
+    storage = create_storage(url, WakeHub())
+    await storage.open()
+    done, deadline = 0, time.monotonic() + 120
+    try:
+        while claimed := await storage.job_fetch_available(
+                JobFetchAvailableParams("wf", 200, "plans", 30)):
+            assert time.monotonic() < deadline, f"still claiming after {done} jobs"
+            await storage.job_ack_many(JobAckManyParams(
+                [JobAck(j.id, j.lease_token or 0, JobState.COMPLETED, result_json='"r"')
+                 for j in claimed], "plans"))
+            done += len(claimed)
+    finally:
+        await storage.close()
+    return done
+
+
+def test_dependents_are_reached_by_id_on_statistics_without_pending_rows(
+    pg_wf: tuple[str, WorkflowTasks], wait_for: WaitFor
+) -> None:
+    url, tasks = pg_wf
+    analyze_without_pending_rows(url)
+    run = tasks.app.enqueue_workflow(dag(tasks))
+    batches = [tasks.app.batch([tasks.step.job(f"b{b}.{m}") for m in range(MEMBERS)],
+                               on_success=tasks.step.job(f"b{b}.success"),
+                               on_complete=tasks.step.job(f"b{b}.complete"))
+               for b in range(BATCHES)]
+    tasks.app.close()
+    before = state_index_scans(url, wait_for)
+    assert asyncio.run(complete_everything(url)) == LAYERS * WIDTH + BATCHES * (MEMBERS + 2)
+    scans = state_index_scans(url, wait_for) - before
+    assert scans == 0, (
+        f"{scans} scans of conveyor_jobs_state_idx while completing {LAYERS * WIDTH} workflow"
+        f" jobs and {BATCHES} batches: a dependency lookup left the primary key")
+    info = tasks.app.get_workflow(run.id)
+    assert info is not None and {j.state.value for j in info.jobs} == {"completed"}
+    for batch in batches:
+        after = tasks.app.get_batch(batch.id)
+        assert after is not None and after.finished and after.completed == MEMBERS

@@ -28,6 +28,7 @@ from conveyor._storage import (
     WakeHub,
     create_storage,
 )
+from conveyor._workflow import Ref
 from tests.apps.workflows_app import WorkflowTasks, build
 from tests.conftest import WaitFor, truncate_conveyor_tables
 
@@ -84,9 +85,9 @@ def state_index_scans(url: str, wait_for: WaitFor) -> int:
 
 def dag(tasks: WorkflowTasks) -> Workflow:
     """LAYERS layers of WIDTH jobs, each depending on two jobs of the layer before."""
-    flow, before = Workflow(), []
+    flow, before = Workflow(), list[Ref]()
     for layer in range(LAYERS):
-        row = []
+        row: list[Ref] = []
         for i in range(WIDTH):
             deps = [before[i], before[(i + 1) % WIDTH]] if before else []
             row.append(flow.add(tasks.step.job(f"{layer}.{i}"), depends_on=deps))

@@ -11,19 +11,11 @@ from __future__ import annotations
 import signal
 import sqlite3
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 
-
-def _wait(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.005)
+from .conftest import wait_for
 
 
 def no_open_write(db_url: str) -> bool:
@@ -57,10 +49,11 @@ def freeze_between_writes(proc: subprocess.Popen[bytes], db_url: str,
 
     def frozen_outside_a_write() -> bool:
         proc.send_signal(signal.SIGSTOP)
-        _wait(lambda: stopped(proc.pid), 10, "the worker to stop")
+        wait_for(lambda: stopped(proc.pid), 10, 0.005, "the worker to stop")
         if no_open_write(db_url):
             return True
         proc.send_signal(signal.SIGCONT)  # let it finish that write before the next try
         return False
 
-    _wait(frozen_outside_a_write, timeout, "a SIGSTOP that finds the worker holding no write")
+    wait_for(frozen_outside_a_write, timeout, 0.005,
+             "a SIGSTOP that finds the worker holding no write")

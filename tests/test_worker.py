@@ -6,10 +6,11 @@ import asyncio
 import dataclasses
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from conveyor import Cancel, Conveyor, Discard, JobState, Snooze, current_job
-from conveyor._storage import JobInsert, JobInsertManyParams
+from conveyor._runtime import Worker
+from conveyor._storage import JobInsert, JobInsertManyParams, Storage
 
 from ._runtime_util import FAST, all_final, in_state, run_worker_until
 
@@ -312,6 +313,47 @@ def test_shutdown_returns_unfinished_jobs_without_using_an_attempt(app: Conveyor
         final = await app.get_job_async(job.id)
         assert final is not None and final.state == JobState.AVAILABLE
         assert final.attempt == 0 and final.errors == [] and final.lease_token is None
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_a_claim_in_flight_at_shutdown_leaves_no_job_running(app: Conveyor) -> None:
+    """A stop can come while a claim is on its way to the database (seen under load: a
+    job snoozed at SIGTERM was claimed again by the stopping worker). The jobs that claim
+    brings back run (or are given back) before the worker exits; none stays "running"
+    until a rescuer finds it."""
+
+    @app.task
+    async def quick(i: int) -> int:
+        return i
+
+    async def main() -> None:
+        worker = Worker(app.registry, await app.storage(), FAST)
+        producer = worker.producers["default"]
+        real = producer._storage
+        entered, release = asyncio.Event(), asyncio.Event()
+
+        class HeldClaims:
+            """The real storage; each claim reaches it only once the test allows."""
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+            async def job_fetch_available(self, params: Any) -> Any:
+                entered.set()
+                await release.wait()
+                return await real.job_fetch_available(params)
+
+        producer._storage = cast(Storage, HeldClaims())
+        task = asyncio.create_task(worker.run())
+        await asyncio.wait_for(entered.wait(), timeout=10)  # a claim is on its way
+        job = await quick.enqueue_async(7)
+        worker.request_stop()
+        release.set()
+        await asyncio.wait_for(task, timeout=30)
+        final = await app.get_job_async(job.id)
+        assert final is not None and final.state == JobState.COMPLETED and final.result == 7, final
         await app.close_async()
 
     asyncio.run(main())

@@ -60,6 +60,7 @@ class Worker:
         self.shutdown_signal = ShutdownSignal()
         self._services_stop = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._claiming: list[asyncio.Task[None]] = []  # the producers' loops, while running
         self.executor = Executor(registry, config.sync_threads or min(sum(config.queues.values()), 256),
                                  self.node_id, unknown_task_timeout=config.unknown_task_timeout)
         self.acker = Acker(storage, self._on_flushed, self.node_id)
@@ -188,8 +189,8 @@ class Worker:
                 group.create_task(self.acker.run(self._services_stop))
                 for service in self.services:
                     group.create_task(service.run(self._services_stop))
-                for producer in self.producers.values():
-                    group.create_task(producer.run(self._stopping))
+                self._claiming = [group.create_task(producer.run(self._stopping))
+                                  for producer in self.producers.values()]
                 if self.config.burst:
                     group.create_task(self._watch_burst())
                 group.create_task(self._shutdown_when_stopping())
@@ -206,9 +207,16 @@ class Worker:
 
     async def _shutdown_when_stopping(self) -> None:
         await self._stopping.wait()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.shutdown_timeout
+        if self._claiming:
+            # A claim already on its way when the stop came starts its jobs after this
+            # point; taken before it returned, the list below would miss them, and they
+            # would stay "running" after the exit until a rescuer found them.
+            await asyncio.wait(self._claiming, timeout=self.config.shutdown_timeout)
         running = [ex.task for ex in self._executions.values() if ex.task is not None]
         if running:
-            _, late = await asyncio.wait(running, timeout=self.config.shutdown_timeout)
+            _, late = await asyncio.wait(running, timeout=max(0.0, deadline - loop.time()))
             if late:
                 log.warning("%d job(s) still running at the shutdown timeout; "
                             "returning them to the queue", len(late))

@@ -20,10 +20,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from conveyor import JobState, Workflow
+from conveyor import JobState, Workflow, chord, group
 from conveyor._storage import (
     JobAck,
     JobAckManyParams,
+    JobArchiveParams,
     JobFetchAvailableParams,
     WakeHub,
     create_storage,
@@ -35,6 +36,8 @@ from tests.conftest import WaitFor, truncate_conveyor_tables
 pytestmark = pytest.mark.postgres
 
 LAYERS, WIDTH, BATCHES, MEMBERS = 4, 150, 30, 5
+#: Tables whose statistics the tests set: autovacuum stays off for them meanwhile.
+QUIET = ("conveyor_jobs", "conveyor_job_deps")
 SCANS = ("SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes"
          " WHERE relname = 'conveyor_jobs' AND indexrelname = 'conveyor_jobs_state_idx'")
 
@@ -42,18 +45,20 @@ SCANS = ("SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes"
 @pytest.fixture
 def pg_wf(postgres_db_url: str) -> Iterator[tuple[str, WorkflowTasks]]:
     """The workflow tasks on the session's database, with autovacuum off for the jobs
-    table during the test: an automatic ANALYZE would replace the statistics under test
+    and edges tables during the test: an automatic ANALYZE would replace the statistics under test
     (and hide the fault rather than show it)."""
     truncate_conveyor_tables(postgres_db_url)
     with psycopg.connect(postgres_db_url, autocommit=True) as conn:
-        conn.execute("ALTER TABLE conveyor_jobs SET (autovacuum_enabled = off)")
+        for table in QUIET:
+            conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
     tasks = build(postgres_db_url)
     try:
         yield postgres_db_url, tasks
     finally:
         tasks.app.close()
         with psycopg.connect(postgres_db_url, autocommit=True) as conn:
-            conn.execute("ALTER TABLE conveyor_jobs RESET (autovacuum_enabled)")
+            for table in QUIET:
+                conn.execute(f"ALTER TABLE {table} RESET (autovacuum_enabled)")
 
 
 def analyze_without_pending_rows(url: str) -> None:
@@ -137,3 +142,61 @@ def test_dependents_are_reached_by_id_on_statistics_without_pending_rows(
     for batch in batches:
         after = tasks.app.get_batch(batch.id)
         assert after is not None and after.finished and after.completed == MEMBERS
+
+
+FAN_IN = 2000
+HISTORY_SEQ_READS = ("SELECT coalesce(sum(seq_tup_read), 0) FROM pg_stat_user_tables"
+                     " WHERE relname LIKE 'conveyor_jobs_history%'")
+
+
+async def complete(url: str, limit: int, archive: bool = False) -> int:
+    """Claim and complete up to ``limit`` jobs of queue ``wf``; then, with ``archive``,
+    move every finished job to history. The number completed."""
+    storage = create_storage(url, WakeHub())
+    await storage.open()
+    try:
+        claimed = await storage.job_fetch_available(
+            JobFetchAvailableParams("wf", limit, "plans", 30))
+        await storage.job_ack_many(JobAckManyParams(
+            [JobAck(j.id, j.lease_token or 0, JobState.COMPLETED, result_json=str(j.id))
+             for j in claimed], "plans"))
+        if archive:
+            await storage.job_archive(JobArchiveParams(after=0, limit=10 * FAN_IN))
+        return len(claimed)
+    finally:
+        await storage.close()
+
+
+def history_seq_reads(url: str, wait_for: WaitFor) -> int:
+    state_index_scans(url, wait_for)  # waits for every other backend to publish its counts
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(HISTORY_SEQ_READS).fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def test_a_fan_in_reads_archived_results_by_id_on_statistics_of_single_edges(
+    pg_wf: tuple[str, WorkflowTasks], wait_for: WaitFor
+) -> None:
+    """The release of a fan-in of FAN_IN whose members were archived, on the column
+    statistics an earlier load leaves (every job with one dependency; TRUNCATE keeps
+    them): each result is read by its id, and no history table is scanned."""
+    url, tasks = pg_wf
+    earlier = Workflow()
+    for i in range(500):
+        earlier.add(tasks.step.job(f"then.{i}"), depends_on=[earlier.add(tasks.step.job(str(i)))])
+    tasks.app.enqueue_workflow(earlier)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("ANALYZE conveyor_job_deps")
+    truncate_conveyor_tables(url)
+    run = tasks.app.enqueue_workflow(
+        chord(group(*(tasks.step.job(str(i)) for i in range(FAN_IN))), tasks.collect))
+    tasks.app.close()
+    assert asyncio.run(complete(url, FAN_IN - 1, archive=True)) == FAN_IN - 1
+    before = history_seq_reads(url, wait_for)
+    assert asyncio.run(complete(url, 1)) == 1  # the last member: the release
+    reads = history_seq_reads(url, wait_for) - before
+    assert reads == 0, f"the release read {reads:,} history rows by scans, not by id"
+    callback = tasks.app.get_job(run.jobs[-1].id)
+    assert callback is not None and callback.state is JobState.AVAILABLE
+    assert callback.kwargs["results"] == [j.id for j in run.jobs[:-1]]

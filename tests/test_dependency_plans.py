@@ -26,6 +26,7 @@ from conveyor._storage import (
     JobAckManyParams,
     JobArchiveParams,
     JobFetchAvailableParams,
+    Storage,
     WakeHub,
     create_storage,
 )
@@ -73,9 +74,9 @@ def analyze_without_pending_rows(url: str) -> None:
         conn.execute("DELETE FROM conveyor_jobs")
 
 
-def state_index_scans(url: str, wait_for: WaitFor) -> int:
-    """The state index's scan count once every other backend of the database has exited
-    (a backend publishes its counts at exit at the latest)."""
+def published_count(url: str, query: str, wait_for: WaitFor) -> int:
+    """``query`` (one number from the statistics views) once every other backend of the
+    database has exited (a backend publishes its counts at exit at the latest)."""
     with psycopg.connect(url, autocommit=True) as conn:
         wait_for(lambda: conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
@@ -83,7 +84,7 @@ def state_index_scans(url: str, wait_for: WaitFor) -> int:
             " AND pid <> pg_backend_pid()").fetchone() == (0,),
             timeout=30, message="the app's connections to close")
         conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = conn.execute(SCANS).fetchone()
+        row = conn.execute(query).fetchone()
         assert row is not None
         return int(row[0])
 
@@ -100,6 +101,17 @@ def dag(tasks: WorkflowTasks) -> Workflow:
     return flow
 
 
+async def claim_and_complete(storage: Storage, limit: int) -> int:
+    """Claim up to ``limit`` jobs of queue ``wf`` and complete them (each with its id as
+    result); how many."""
+    claimed = await storage.job_fetch_available(JobFetchAvailableParams("wf", limit, "plans", 30))
+    if claimed:
+        await storage.job_ack_many(JobAckManyParams(
+            [JobAck(j.id, j.lease_token or 0, JobState.COMPLETED, result_json=str(j.id))
+             for j in claimed], "plans"))
+    return len(claimed)
+
+
 async def complete_everything(url: str) -> int:
     """Claim and complete every job of queue ``wf`` through the storage (no reads, no
     maintenance: the claims use the fetch index and the acks the primary key, so every
@@ -108,13 +120,9 @@ async def complete_everything(url: str) -> int:
     await storage.open()
     done, deadline = 0, time.monotonic() + 120
     try:
-        while claimed := await storage.job_fetch_available(
-                JobFetchAvailableParams("wf", 200, "plans", 30)):
+        while batch := await claim_and_complete(storage, 200):
             assert time.monotonic() < deadline, f"still claiming after {done} jobs"
-            await storage.job_ack_many(JobAckManyParams(
-                [JobAck(j.id, j.lease_token or 0, JobState.COMPLETED, result_json='"r"')
-                 for j in claimed], "plans"))
-            done += len(claimed)
+            done += batch
     finally:
         await storage.close()
     return done
@@ -131,9 +139,9 @@ def test_dependents_are_reached_by_id_on_statistics_without_pending_rows(
                                on_complete=tasks.step.job(f"b{b}.complete"))
                for b in range(BATCHES)]
     tasks.app.close()
-    before = state_index_scans(url, wait_for)
+    before = published_count(url, SCANS, wait_for)
     assert asyncio.run(complete_everything(url)) == LAYERS * WIDTH + BATCHES * (MEMBERS + 2)
-    scans = state_index_scans(url, wait_for) - before
+    scans = published_count(url, SCANS, wait_for) - before
     assert scans == 0, (
         f"{scans} scans of conveyor_jobs_state_idx while completing {LAYERS * WIDTH} workflow"
         f" jobs and {BATCHES} batches: a dependency lookup left the primary key")
@@ -155,24 +163,12 @@ async def complete(url: str, limit: int, archive: bool = False) -> int:
     storage = create_storage(url, WakeHub())
     await storage.open()
     try:
-        claimed = await storage.job_fetch_available(
-            JobFetchAvailableParams("wf", limit, "plans", 30))
-        await storage.job_ack_many(JobAckManyParams(
-            [JobAck(j.id, j.lease_token or 0, JobState.COMPLETED, result_json=str(j.id))
-             for j in claimed], "plans"))
+        done = await claim_and_complete(storage, limit)
         if archive:
             await storage.job_archive(JobArchiveParams(after=0, limit=10 * FAN_IN))
-        return len(claimed)
+        return done
     finally:
         await storage.close()
-
-
-def history_seq_reads(url: str, wait_for: WaitFor) -> int:
-    state_index_scans(url, wait_for)  # waits for every other backend to publish its counts
-    with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(HISTORY_SEQ_READS).fetchone()
-        assert row is not None
-        return int(row[0])
 
 
 def test_a_fan_in_reads_archived_results_by_id_on_statistics_of_single_edges(
@@ -193,9 +189,9 @@ def test_a_fan_in_reads_archived_results_by_id_on_statistics_of_single_edges(
         chord(group(*(tasks.step.job(str(i)) for i in range(FAN_IN))), tasks.collect))
     tasks.app.close()
     assert asyncio.run(complete(url, FAN_IN - 1, archive=True)) == FAN_IN - 1
-    before = history_seq_reads(url, wait_for)
+    before = published_count(url, HISTORY_SEQ_READS, wait_for)
     assert asyncio.run(complete(url, 1)) == 1  # the last member: the release
-    reads = history_seq_reads(url, wait_for) - before
+    reads = published_count(url, HISTORY_SEQ_READS, wait_for) - before
     assert reads == 0, f"the release read {reads:,} history rows by scans, not by id"
     callback = tasks.app.get_job(run.jobs[-1].id)
     assert callback is not None and callback.state is JobState.AVAILABLE

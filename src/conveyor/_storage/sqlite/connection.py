@@ -56,6 +56,11 @@ def connect(config: SQLiteConfig) -> sqlite3.Connection:
         conn.execute("PRAGMA foreign_keys=ON")
         # a cancelled dependent cascades through the settle trigger (schema 10)
         conn.execute("PRAGMA recursive_triggers=ON")
+        # Statement journals (every UPDATE that fires triggers inside a transaction keeps
+        # one) and temp b-trees stay in memory: on files, past 64 KiB each spilled to a
+        # temp file opened, written and closed per statement, which made an ack with
+        # dependents cost 3x more once its pages outgrew the cache (bench/analysis.md).
+        conn.execute("PRAGMA temp_store=MEMORY")
         if config.max_page_count is not None:
             conn.execute(f"PRAGMA max_page_count={int(config.max_page_count)}")
     except sqlite3.Error as exc:

@@ -67,13 +67,19 @@ RETURNING id, task, queue, state, attempt;
 DELETE FROM conveyor_jobs_history WHERE queue = :queue;
 
 -- name: job_history_prune
--- As job_prune (control.sql), on history.
+-- As job_prune (control.sql), on history. History's only index on finished_at has no
+-- state column, so the first condition bounds the search to rows past the shorter age
+-- and "+state" keeps the planner off state_idx: through that index every pass read
+-- every finished row of history (seconds per pass on a large file, holding the write
+-- lock) to find none old enough.
 DELETE FROM conveyor_jobs_history
 WHERE id IN (
     SELECT id FROM conveyor_jobs_history
-    WHERE ((state IN ('completed', 'cancelled')
+    WHERE finished_at < (julianday('now') - 2440587.5) * 86400.0
+                        - min(:completed_age, :discarded_age)
+      AND ((+state IN ('completed', 'cancelled')
             AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :completed_age)
-        OR (state = 'discarded'
+        OR (+state = 'discarded'
             AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :discarded_age))
       AND (:queue IS NULL OR queue = :queue)
       AND (:queue IS NOT NULL OR queue NOT IN (SELECT value FROM json_each(:exclude)))

@@ -9,12 +9,18 @@ distance between it and workload 3 is what the runtime costs.
 
 Each run drains ``rows`` pre-inserted jobs; jobs/s, the client's CPU per job and the
 server backends' CPU per job (``/proc``, when the server runs on this machine).
-Called by ``python -m bench.probes`` (``postgres.claim_ack_floor`` in probes.json).
+
+Beside it, the floors of two other targets: bulk enqueue (``copy_batches``: Conveyor's
+COPY statements with rows the server encoded) and enqueue-to-start latency
+(``enqueue_to_claim``: insert, NOTIFY and claim on plain blocking connections).
+Called by ``python -m bench.probes`` (``postgres.claim_ack_floor``, ``copy_floor`` and
+``latency_floor`` in probes.json).
 """
 
 from __future__ import annotations
 
 import queue
+import statistics
 import threading
 import time
 from typing import Any
@@ -122,3 +128,103 @@ def claim_ack_loop(target: Target, rows: int = 100_000,
             else round(server * 1e6 / rows, 2)}
     target.reset()
     return out
+
+
+# -- bulk enqueue: COPY with nothing encoded in Python ---------------------------------------
+
+_COPY_ROWS = ("COPY (SELECT 'noop'::text, 'floor'::text, '{}'::jsonb, 0::smallint, 20::integer,"
+              " '[]'::jsonb, '{}'::jsonb, 'available'::text, now(), now(), NULL::text,"
+              " nextval(pg_get_serial_sequence('conveyor_jobs', 'id')), jsonb_build_array(i)"
+              " FROM generate_series(1, %s) AS i) TO STDOUT (FORMAT BINARY)")
+
+
+def copy_batches(target: Target, batch: int = 10_000, batches: int = 10) -> dict[str, Any]:
+    """The bulk-enqueue floor: Conveyor's two COPY statements (``job_reserve_ids``, then
+    ``job_copy_plain``) and the commit, with the binary rows made by the server beforehand
+    (``COPY ... TO STDOUT``, ids included), so no Python encodes a row: what a batch
+    costs the server and the wire; the distance to workload 1 is Conveyor's own part."""
+    q = load_queries("postgres")
+    target.reset()
+    with _connect(target.url) as conn:
+        blobs = []
+        for _ in range(batches):
+            with conn.cursor().copy(_COPY_ROWS % batch) as source:
+                blobs.append(b"".join(bytes(chunk) for chunk in source))
+        server0, cpu0, began = _server_cpu([conn]), time.process_time(), time.perf_counter()
+        for rows in blobs:
+            with conn.transaction():
+                conn.execute(q["job_reserve_ids"], {"count": batch, "channel": "floor",
+                                                    "queues": ["floor"]}).fetchall()
+                with conn.cursor().copy(q["job_copy_plain"]) as copy:
+                    copy.write(rows)
+        seconds, client = time.perf_counter() - began, time.process_time() - cpu0
+        server1 = _server_cpu([conn])
+        stored = conn.execute("SELECT count(*) FROM conveyor_jobs").fetchone()
+    total = batch * batches
+    target.reset()
+    return {"batch": batch, "batches": batches, "stored": stored[0] if stored else 0,
+            "jobs_per_s": round(total / seconds),
+            "client_cpu_us_per_job": round(client * 1e6 / total, 2),
+            "db_backend_cpu_us_per_job": None if server0 is None or server1 is None
+            else round((server1 - server0) * 1e6 / total, 2)}
+
+
+# -- latency: enqueue, NOTIFY, claim ------------------------------------------------------------
+
+
+def _quantiles_ms(samples: list[float]) -> dict[str, float]:
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return {"p50_ms": round(cuts[49] * 1e3, 3), "p99_ms": round(cuts[98] * 1e3, 3)}
+
+
+def enqueue_to_claim(target: Target, count: int = 1000, spacing: float = 0.01) -> dict[str, Any]:
+    """The latency floor of workload 5: one connection inserts single jobs ``spacing``
+    apart with Conveyor's ``job_insert_one`` (its NOTIFY included, autocommitted); a
+    thread blocked on a LISTEN connection claims on a third connection with
+    ``job_fetch_available`` the moment a notification arrives. Each phase's time from
+    just before the insert, on one clock: what the database and libpq cost, no asyncio,
+    no Conveyor runtime."""
+    q, st = load_queries("postgres"), _Statements()
+    target.reset()
+    sent: dict[int, tuple[float, float]] = {}
+    claimed: dict[int, tuple[float, float]] = {}
+    done, listening = threading.Event(), threading.Event()
+    claim = {"queue": "floor", "limit": 10, "owner": "floor", "lease_ttl": 60.0}
+    insert = {"task": "noop", "queue": "floor", "args": "[1]", "kwargs": "{}", "priority": 0,
+              "max_attempts": 20, "tags": "[]", "meta": "{}", "concurrency_key": None,
+              "run_at": None, "delay": None, "channel": "floor_jobs"}
+    with _connect(target.url) as listen, _connect(target.url) as claimer, \
+            _connect(target.url) as producer:
+
+        def wake_loop() -> None:
+            listen.execute("LISTEN floor_jobs")
+            listening.set()
+            while not done.is_set():
+                for _ in listen.notifies(timeout=0.2):
+                    woke = time.perf_counter()
+                    for row in claimer.execute(st.claim, claim).fetchall():
+                        claimed[row[0]] = (woke, time.perf_counter())
+
+        thread = threading.Thread(target=wake_loop, daemon=True)
+        thread.start()
+        listening.wait(10)
+        for _ in range(count + 20):  # the first 20 warm the statements and are not counted
+            began = time.perf_counter()
+            row = producer.execute(q["job_insert_one"], insert).fetchone()
+            if row is not None:
+                sent[row[0]] = (began, time.perf_counter())
+            time.sleep(spacing)
+        deadline = time.monotonic() + 30
+        while len(claimed) < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        done.set()
+        thread.join(10)
+    target.reset()
+    ids = sorted(sent)[20:]
+    seen = [i for i in ids if i in claimed]
+    phases = {"insert_commit": [sent[i][1] - sent[i][0] for i in seen],
+              "notified": [claimed[i][0] - sent[i][0] for i in seen],
+              "claim": [claimed[i][1] - claimed[i][0] for i in seen],
+              "enqueue_to_claimed": [claimed[i][1] - sent[i][0] for i in seen]}
+    return {"jobs": len(ids), "claimed": len(seen), "spacing_s": spacing,
+            **{name: _quantiles_ms(values) for name, values in phases.items() if len(values) > 1}}

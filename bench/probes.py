@@ -2,11 +2,14 @@
 no Conveyor Python in the way: the floors the targets are measured against.
 
 SQLite: CPU microseconds per row of the insert, claim and ack statements, with
-Conveyor's schema and with each index that is not needed by the claim dropped in turn.
+Conveyor's schema and with each index that is not needed by the claim dropped in turn,
+and one row inserted and committed on its own (the floor of a single enqueue).
 PostgreSQL: ``EXPLAIN (ANALYZE, WAL)`` of a claim of 100, an ack of 100 and an insert
 of 1,000 (execution time and WAL records per row), a ``SELECT 1`` round trip, a
 one-row insert committed on its own (the floor of a single enqueue), and the burn-down
-floor: Conveyor's claim and ack statements in a raw psycopg loop (``bench/floor.py``).
+floor: Conveyor's claim and ack statements in a raw psycopg loop (``bench/floor.py``),
+with the bulk-enqueue floor (its COPY statements, rows encoded by the server) and the
+latency floor (insert, NOTIFY, claim on three plain connections) beside it.
 Writes ``bench/results/probes.json``.
 """
 
@@ -91,6 +94,35 @@ def _sqlite_once(drop: str | None, rows: int, backlog: int = 0) -> dict[str, flo
     return out
 
 
+def sqlite_single_insert(rows: int, repeat: int = 3) -> dict[str, float]:
+    """The floor of a single enqueue on SQLite: one row inserted and committed on its own
+    (``BEGIN IMMEDIATE``, the insert, ``COMMIT``: as ``task.enqueue()`` writes), by the
+    sqlite3 module alone on a WAL file with ``synchronous=NORMAL``; the best of
+    ``repeat`` runs of wall time and CPU per row."""
+    runs = []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            target = Target.sqlite(Path(tmp))
+            target.reset()
+            conn = sqlite3.connect(target.path, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            now = time.time()
+            row = ("noop", "default", "[1]", "{}", 0, 20, "[]", "{}", "available", now, now)
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(rows):
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(_INSERT, row)
+                conn.execute("COMMIT")
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            conn.close()
+            target.close()
+        runs.append((wall, cpu))
+    wall, cpu = min(runs)
+    return {"rows": rows, "per_s": round(rows / wall), "wall_us": round(wall * 1e6 / rows, 2),
+            "cpu_us": round(cpu * 1e6 / rows, 2)}
+
+
 def sqlite_probe(rows: int, repeat: int) -> dict[str, Any]:
     """Median of ``repeat`` runs per schema variant."""
     out: dict[str, Any] = {}
@@ -153,6 +185,8 @@ def postgres_probe(url: str) -> dict[str, Any]:
             conn, "INSERT INTO conveyor_jobs (task, queue, state, scheduled_at, created_at)"
             " VALUES ('noop', 'probe', 'available', now(), now()) RETURNING id", 500)
     out["claim_ack_floor"] = floor.claim_ack_loop(target)
+    out["copy_floor"] = floor.copy_batches(target)
+    out["latency_floor"] = floor.enqueue_to_claim(target)
     target.reset()
     target.close()
     return out
@@ -164,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {"machine": _env.machine(), "busy_before": _env.cpu_busy()}
     if "sqlite" in backends:
         doc["sqlite_cpu_us_per_row"] = sqlite_probe(30_000, 3)
+        doc["sqlite_single_insert_commit"] = sqlite_single_insert(5_000)
     if "postgres" in backends:
         with postgres_url(None) as url:
             doc["postgres"] = postgres_probe(url)

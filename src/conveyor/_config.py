@@ -189,6 +189,14 @@ class WorkerConfig:
         0.0, "seconds a finished job stays in the hot table before it moves to history")
     archive_interval: float = _field(
         1.0, "seconds between passes of the archiver (on the leader)")
+    #: PostgreSQL: the leader VACUUMs a Conveyor table whose dead rows pass this bound
+    #: (autovacuum visits a database only once a minute by default); 0 leaves it to
+    #: autovacuum.
+    vacuum_dead_rows: int = _field(
+        50_000, "dead rows after which the leader VACUUMs a Conveyor table (PostgreSQL); "
+                "0 leaves them to autovacuum")
+    vacuum_interval: float = _field(
+        5.0, "seconds between the leader's reads of its tables' dead rows (PostgreSQL)")
     #: Per-minute metric rollups (dashboard charts) are kept this long; 0 turns them off.
     metrics_retention: float = _field(
         7 * 86_400.0, "seconds per-minute metric rollups are kept; 0 turns them off")
@@ -224,3 +232,8 @@ class WorkerConfig:
             raise ValueError("archive_after must be a finite number of seconds >= 0")
         if not 0 < self.archive_interval < float("inf"):
             raise ValueError("archive_interval must be a finite number of seconds > 0")
+        if not 0 < self.vacuum_interval < float("inf"):
+            raise ValueError("vacuum_interval must be a finite number of seconds > 0")
+        if (isinstance(self.vacuum_dead_rows, bool) or not isinstance(self.vacuum_dead_rows, int)
+                or self.vacuum_dead_rows < 0):
+            raise ValueError("vacuum_dead_rows must be an int >= 0")

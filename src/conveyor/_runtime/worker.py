@@ -38,6 +38,7 @@ from .queue_settings import QueueSettings
 from .rescuer import Rescuer
 from .service import Service
 from .stager import Stager
+from .vacuumer import VacuumConfig, Vacuumer
 
 log = logging.getLogger("conveyor.worker")
 
@@ -101,10 +102,13 @@ class Worker:
                              config.completed_retention, config.discarded_retention)
         self.archiver = Archiver(storage, self.leader, config.archive_interval,
                                  config.archive_after)
+        self.vacuumer = Vacuumer(storage, self.leader, VacuumConfig(
+            config.vacuum_interval, config.vacuum_dead_rows))
         self.metrics = Metrics(storage, self.leader, config.metrics_interval,
                                config.metrics_retention, self.acker.drain)
         return [self.heartbeat, self.progress, self.settings, self.cooldowns, self.leader,
-                self.cron, self.rescuer, self.stager, self.archiver, self.pruner, self.metrics]
+                self.cron, self.rescuer, self.stager, self.archiver, self.pruner, self.vacuumer,
+                self.metrics]
 
     # -- executions ----------------------------------------------------------------------
 

@@ -52,7 +52,7 @@ from .job_types import (
 )
 from .protocol import Capabilities
 from .rows import job_from_row, jobs_from_rows, ts
-from .schema import load_queries
+from .schema import TableDeadRows, load_queries
 from .wake import WakeCallback, WakeHub
 
 #: A database row read by column name (``sqlite3.Row`` or a psycopg dict row).
@@ -319,6 +319,14 @@ class BaseStorage(ABC):
         if changed:
             self._finished()
         return changed
+
+    async def table_dead_rows(self) -> list[TableDeadRows]:
+        return [TableDeadRows(r["name"], int(r["dead"]), int(r["live"]), bool(r["owned"]))
+                for r in await self._read("table_dead_rows", {})]
+
+    async def table_vacuum(self, name: str) -> None:
+        """Nothing here: only a dialect that lists dead rows (PostgreSQL) overrides it."""
+        return None
 
     async def job_count_running_by_node(self) -> dict[str, int]:
         rows = await self._read("job_count_running_by_node", {})

@@ -77,7 +77,7 @@ from .metric_types import (
     MetricsSeriesParams,
     MetricTotal,
 )
-from .schema import DbHealth, DbHealthParams, MigrateParams, Migration
+from .schema import DbHealth, DbHealthParams, MigrateParams, Migration, TableDeadRows
 from .wake import WakeCallback
 from .workflow import ComposeParams
 from .workflow_types import BatchRow, Composed, DependencyRow, EdgeRow
@@ -283,6 +283,14 @@ class Storage(Protocol):
 
     async def db_health(self, params: DbHealthParams) -> DbHealth:
         """Reachable on a fresh connection, and at which schema version; never raises."""
+
+    async def table_dead_rows(self) -> list[TableDeadRows]:
+        """Conveyor's tables with dead row versions to reclaim, most first (PostgreSQL;
+        SQLite reuses a deleted row's space at once and lists none)."""
+
+    async def table_vacuum(self, name: str) -> None:
+        """VACUUM one table ``table_dead_rows`` listed, skipping it if another VACUUM
+        holds it (PostgreSQL; nothing to do on SQLite)."""
 
     async def metrics_add(self, params: MetricsAddParams) -> None:
         """Add samples to the minute rollups (rows with a bucket) and the totals."""

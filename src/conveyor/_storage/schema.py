@@ -47,6 +47,17 @@ class DbHealth:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class TableDeadRows:
+    """One Conveyor table's dead row versions (PostgreSQL's statistics, as last reported)
+    and whether this role may VACUUM it."""
+
+    name: str
+    dead: int
+    live: int
+    owned: bool
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class DbHealthParams:
     timeout: float = 3.0
 

@@ -39,12 +39,13 @@ def _flag(name: str) -> str:
 
 def _param_type(name: str, kind: Any) -> click.FloatRange | click.IntRange:
     """Seconds are floats; timeouts, retentions and delays (archive_after) may be 0, other
-    durations not."""
+    durations not. Counts are at least 1, except a bound where 0 turns a service off
+    (vacuum_dead_rows)."""
     if kind is float:
         if name.endswith(("_retention", "_timeout", "_after")):
             return click.FloatRange(min=0)
         return click.FloatRange(min=0, min_open=True)
-    return click.IntRange(min=1)
+    return click.IntRange(min=0 if name == "vacuum_dead_rows" else 1)
 
 
 def config_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -10,10 +10,12 @@ migrates on open: changing a shared schema is an operator's decision, made with
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from ..._errors import DatabaseUnavailableError
@@ -49,6 +51,10 @@ _ACK_COLUMNS = (
     ("id", "id"), ("lease_token", "lease_token"),
     ("result", "result_json"), ("error", "error_json"), ("attempt_delta", "attempt_delta"),
 )
+
+#: What ``table_vacuum`` accepts: one of Conveyor's own tables, never another name.
+_CONVEYOR_TABLE = re.compile(r"conveyor_[a-z0-9_]{1,50}")
+
 
 def _floats(values: Iterable[float | None]) -> list[float | None]:
     """psycopg refuses to dump a list mixing int and float (``delay=60`` next to 0.5)."""
@@ -284,3 +290,12 @@ class PostgresStorage(PostgresPools):
             first = await conn.execute(self._q["metrics_prune"], values)
             second = await conn.execute(self._q["metrics_depth_prune"], values)
             return max(first.rowcount, 0) + max(second.rowcount, 0)
+
+    async def table_vacuum(self, name: str) -> None:
+        """On an autocommit pooled connection (VACUUM refuses a transaction block);
+        SKIP_LOCKED leaves a table autovacuum is working on to it, instead of waiting."""
+        if not _CONVEYOR_TABLE.fullmatch(name):
+            raise ValueError(f"not a Conveyor table: {name!r}")
+        statement = sql.SQL("VACUUM (SKIP_LOCKED) {}").format(sql.Identifier(name))
+        async with self._conn() as conn:
+            await conn.execute(statement, prepare=False)

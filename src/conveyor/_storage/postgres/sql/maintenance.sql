@@ -70,3 +70,14 @@ WHERE state = 'running'
                           < now() - coalesce(%(node_ttl)s::float8, ttl)
                                     * interval '1 second'))
 LIMIT %(limit)s;
+
+-- name: table_dead_rows
+-- Conveyor's tables in this schema with dead row versions, as the statistics last saw
+-- them (history aside: retention drops its partitions whole), and whether this role
+-- may VACUUM them (it owns them, or belongs to the role that does).
+SELECT s.relname AS name, s.n_dead_tup AS dead, s.n_live_tup AS live,
+       pg_has_role(c.relowner, 'USAGE') AS owned
+FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+WHERE s.schemaname = current_schema() AND s.n_dead_tup > 0
+  AND s.relname LIKE 'conveyor\_%%' AND s.relname NOT LIKE 'conveyor\_jobs\_history%%'
+ORDER BY s.n_dead_tup DESC, s.relname;

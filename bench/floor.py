@@ -20,7 +20,6 @@ Called by ``python -m bench.probes`` (``postgres.claim_ack_floor``, ``copy_floor
 from __future__ import annotations
 
 import queue
-import statistics
 import threading
 import time
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import psycopg
 
 from conveyor._storage import load_queries
+from conveyor.cli.bench import percentiles
 
 from ._targets import Target
 from .w_workers import process_cpu_s
@@ -172,11 +172,6 @@ def copy_batches(target: Target, batch: int = 10_000, batches: int = 10) -> dict
 # -- latency: enqueue, NOTIFY, claim ------------------------------------------------------------
 
 
-def _quantiles_ms(samples: list[float]) -> dict[str, float]:
-    cuts = statistics.quantiles(samples, n=100, method="inclusive")
-    return {"p50_ms": round(cuts[49] * 1e3, 3), "p99_ms": round(cuts[98] * 1e3, 3)}
-
-
 def enqueue_to_claim(target: Target, count: int = 1000, spacing: float = 0.01) -> dict[str, Any]:
     """The latency floor of workload 5: one connection inserts single jobs ``spacing``
     apart with Conveyor's ``job_insert_one`` (its NOTIFY included, autocommitted); a
@@ -227,4 +222,4 @@ def enqueue_to_claim(target: Target, count: int = 1000, spacing: float = 0.01) -
               "claim": [claimed[i][1] - claimed[i][0] for i in seen],
               "enqueue_to_claimed": [claimed[i][1] - sent[i][0] for i in seen]}
     return {"jobs": len(ids), "claimed": len(seen), "spacing_s": spacing,
-            **{name: _quantiles_ms(values) for name, values in phases.items() if len(values) > 1}}
+            **{name: percentiles(values) for name, values in phases.items() if len(values) > 1}}

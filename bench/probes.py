@@ -15,13 +15,14 @@ Writes ``bench/results/probes.json``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +47,26 @@ def _cpu_per_row(fn: Callable[[], int]) -> float:
     return round((time.process_time() - began) * 1e6 / rows, 2)
 
 
-def _sqlite_once(drop: str | None, rows: int, backlog: int = 0) -> dict[str, float]:
-    q = load_queries("sqlite")
+@contextlib.contextmanager
+def _sqlite_db() -> Iterator[tuple[Target, sqlite3.Connection]]:
+    """A fresh migrated SQLite file in a temporary directory and one autocommit
+    connection on it, in WAL mode with ``synchronous=NORMAL`` (as Conveyor opens it)."""
     with tempfile.TemporaryDirectory() as tmp:
         target = Target.sqlite(Path(tmp))
         target.reset()
         conn = sqlite3.connect(target.path, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            yield target, conn
+        finally:
+            conn.close()
+            target.close()
+
+
+def _sqlite_once(drop: str | None, rows: int, backlog: int = 0) -> dict[str, float]:
+    q = load_queries("sqlite")
+    with _sqlite_db() as (target, conn):
         if drop:
             conn.execute(f"DROP INDEX {drop}")
         if backlog:
@@ -87,11 +100,8 @@ def _sqlite_once(drop: str | None, rows: int, backlog: int = 0) -> dict[str, flo
                 conn.execute("COMMIT")
             return rows
 
-        out = {"insert_us": _cpu_per_row(insert), "claim_us": _cpu_per_row(claim),
-               "ack_us": _cpu_per_row(ack)}
-        conn.close()
-        target.close()
-    return out
+        return {"insert_us": _cpu_per_row(insert), "claim_us": _cpu_per_row(claim),
+                "ack_us": _cpu_per_row(ack)}
 
 
 def sqlite_single_insert(rows: int, repeat: int = 3) -> dict[str, float]:
@@ -101,12 +111,7 @@ def sqlite_single_insert(rows: int, repeat: int = 3) -> dict[str, float]:
     ``repeat`` runs of wall time and CPU per row."""
     runs = []
     for _ in range(repeat):
-        with tempfile.TemporaryDirectory() as tmp:
-            target = Target.sqlite(Path(tmp))
-            target.reset()
-            conn = sqlite3.connect(target.path, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+        with _sqlite_db() as (_, conn):
             now = time.time()
             row = ("noop", "default", "[1]", "{}", 0, 20, "[]", "{}", "available", now, now)
             wall, cpu = time.perf_counter(), time.process_time()
@@ -115,8 +120,6 @@ def sqlite_single_insert(rows: int, repeat: int = 3) -> dict[str, float]:
                 conn.execute(_INSERT, row)
                 conn.execute("COMMIT")
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            conn.close()
-            target.close()
         runs.append((wall, cpu))
     wall, cpu = min(runs)
     return {"rows": rows, "per_s": round(rows / wall), "wall_us": round(wall * 1e6 / rows, 2),

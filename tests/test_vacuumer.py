@@ -225,7 +225,7 @@ def test_a_worker_vacuums_its_hot_table_while_it_works(postgres_db_url: str) -> 
 ])
 def test_bad_vacuum_settings_are_refused(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
-        dataclasses.replace(FAST, **{field: value})
+        dataclasses.replace(FAST, **{field: value})  # type: ignore[arg-type]
 
 
 @pytest.mark.postgres

@@ -46,14 +46,11 @@ RETURNING id, task, queue, state, attempt;
 
 -- name: job_prune_count
 -- What job_prune would delete now, all batches together (`conveyor prune --dry-run`).
--- The same filter as job_prune, queue and exclude included, led (as job_history_prune)
--- by the shorter age so that history is searched by finished_at, not by state.
+-- The same filter as job_prune, queue and exclude included.
 SELECT count(*) AS n FROM conveyor_jobs_all AS j
-WHERE finished_at < (julianday('now') - 2440587.5) * 86400.0
-                    - min(:completed_age, :discarded_age)
-  AND ((+state IN ('completed', 'cancelled')
+WHERE ((state IN ('completed', 'cancelled')
         AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :completed_age)
-    OR (+state = 'discarded'
+    OR (state = 'discarded'
         AND finished_at < (julianday('now') - 2440587.5) * 86400.0 - :discarded_age))
   AND (:queue IS NULL OR queue = :queue)
   AND (:queue IS NOT NULL OR queue NOT IN (SELECT value FROM json_each(:exclude)))

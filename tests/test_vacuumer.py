@@ -25,6 +25,7 @@ from conveyor._storage import Storage
 from conveyor.cli.worker import _param_type
 
 from ._runtime_util import FAST, all_final, run_worker_until
+from .conftest import truncate_conveyor_tables
 
 JOBS = "conveyor_jobs"
 
@@ -52,11 +53,27 @@ async def dead_rows(storage: Storage, table: str = JOBS) -> int:
     return next((t.dead for t in await storage.table_dead_rows() if t.name == table), 0)
 
 
+async def make_dead_rows_seen(storage: Storage, db_url: str, n: int = 3000) -> None:
+    """``make_dead_rows``, then wait until the statistics ``storage`` reads report them."""
+    make_dead_rows(db_url, n)
+
+    async def reported() -> bool:
+        return await dead_rows(storage) >= n
+    await until(reported)
+
+
 async def until(check: Callable[[], Awaitable[bool]], timeout: float = 20.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not await check():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def pg_url(postgres_db_url: str) -> str:
+    """The session's PostgreSQL database, emptied."""
+    truncate_conveyor_tables(postgres_db_url)
+    return postgres_db_url
 
 
 class Leader:
@@ -65,29 +82,22 @@ class Leader:
 
 
 @pytest.mark.postgres
-def test_past_the_bound_the_leader_vacuums_and_the_dead_rows_go(postgres_db_url: str) -> None:
-    from .conftest import truncate_conveyor_tables
-
-    truncate_conveyor_tables(postgres_db_url)
-    app = Conveyor(postgres_db_url)
+def test_past_the_bound_the_leader_vacuums_and_the_dead_rows_go(pg_url: str) -> None:
+    app = Conveyor(pg_url)
 
     async def main() -> None:
         storage = await app.storage()
-        make_dead_rows(postgres_db_url, 3000)
-
-        async def reported() -> bool:
-            return await dead_rows(storage) >= 3000
-        await until(reported)
-        before = vacuum_count(postgres_db_url)
+        await make_dead_rows_seen(storage, pg_url)
+        before = vacuum_count(pg_url)
         # Below the bound, or not the leader: nothing.
         assert await Vacuumer(storage, None, VacuumConfig(1.0, 10**9)).run_once() == []
         assert await Vacuumer(storage, Leader(False), VacuumConfig(1.0, 1000)).run_once() == []
         assert await Vacuumer(storage, None, VacuumConfig(1.0, 0)).run_once() == []
-        assert vacuum_count(postgres_db_url) == before
+        assert vacuum_count(pg_url) == before
         # Past it, on the leader: one VACUUM, and the statistics show the rows gone.
         vacuumed = await Vacuumer(storage, Leader(True), VacuumConfig(1.0, 1000)).run_once()
         assert JOBS in vacuumed
-        assert vacuum_count(postgres_db_url) == before + 1
+        assert vacuum_count(pg_url) == before + 1
         assert await dead_rows(storage) < 1000
         await app.close_async()
 
@@ -96,31 +106,24 @@ def test_past_the_bound_the_leader_vacuums_and_the_dead_rows_go(postgres_db_url:
 
 @pytest.mark.postgres
 def test_a_table_an_old_transaction_holds_is_held_back_then_cleaned(
-    postgres_db_url: str, caplog: pytest.LogCaptureFixture
+    pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from .conftest import truncate_conveyor_tables
-
-    truncate_conveyor_tables(postgres_db_url)
-    app = Conveyor(postgres_db_url)
+    app = Conveyor(pg_url)
 
     async def main() -> None:
         storage = await app.storage()
         vacuumer = Vacuumer(storage, None, VacuumConfig(0.2, 1000))
-        with psycopg.connect(postgres_db_url) as old:
+        with psycopg.connect(pg_url) as old:
             old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             old.execute("SELECT count(*) FROM conveyor_jobs").fetchone()  # its snapshot
-            make_dead_rows(postgres_db_url, 3000)
-
-            async def reported() -> bool:
-                return await dead_rows(storage) >= 3000
-            await until(reported)
+            await make_dead_rows_seen(storage, pg_url)
             with caplog.at_level(logging.INFO, logger="conveyor.cluster"):
                 assert await vacuumer.run_once() == [JOBS]  # removes nothing: held
             assert f"VACUUM of {JOBS} left" in caplog.text, caplog.text
             assert await dead_rows(storage) >= 3000
-            count = vacuum_count(postgres_db_url)
+            count = vacuum_count(pg_url)
             assert await vacuumer.run_once() == []  # held back, no VACUUM
-            assert vacuum_count(postgres_db_url) == count
+            assert vacuum_count(pg_url) == count
             old.rollback()
 
         async def cleaned() -> bool:
@@ -135,40 +138,33 @@ def test_a_table_an_old_transaction_holds_is_held_back_then_cleaned(
 
 @pytest.mark.postgres
 def test_a_role_that_does_not_own_the_tables_is_told_once_and_vacuums_nothing(
-    postgres_db_url: str, caplog: pytest.LogCaptureFixture
+    pg_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from .conftest import truncate_conveyor_tables
-
-    truncate_conveyor_tables(postgres_db_url)
     role = f"conveyor_reader_{secrets.token_hex(4)}"
-    pg(postgres_db_url, f"CREATE ROLE {role} LOGIN")
+    pg(pg_url, f"CREATE ROLE {role} LOGIN")
     try:
-        pg(postgres_db_url, f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
-        parts = urlsplit(postgres_db_url)
+        pg(pg_url, f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+        parts = urlsplit(pg_url)
         netloc = f"{role}@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
         app = Conveyor(urlunsplit(parts._replace(netloc=netloc)))
 
         async def main() -> None:
             storage = await app.storage()
-            make_dead_rows(postgres_db_url, 3000)
-
-            async def reported() -> bool:
-                return await dead_rows(storage) >= 3000
-            await until(reported)
-            before = vacuum_count(postgres_db_url)
+            await make_dead_rows_seen(storage, pg_url)
+            before = vacuum_count(pg_url)
             vacuumer = Vacuumer(storage, None, VacuumConfig(1.0, 1000))
             with caplog.at_level(logging.WARNING, logger="conveyor.cluster"):
                 assert await vacuumer.run_once() == []
                 assert await vacuumer.run_once() == []
             said = [r.message for r in caplog.records if "cannot VACUUM" in r.message]
             assert len(said) == 1 and JOBS in said[0] and "does not own" in said[0], said
-            assert vacuum_count(postgres_db_url) == before
+            assert vacuum_count(pg_url) == before
             await app.close_async()
 
         asyncio.run(main())
     finally:
-        pg(postgres_db_url, f"DROP OWNED BY {role}")
-        pg(postgres_db_url, f"DROP ROLE {role}")
+        pg(pg_url, f"DROP OWNED BY {role}")
+        pg(pg_url, f"DROP ROLE {role}")
 
 
 @pytest.mark.sqlite
@@ -191,13 +187,10 @@ def test_sqlite_lists_no_dead_rows_and_the_vacuumer_does_nothing(tmp_path: objec
 
 
 @pytest.mark.postgres
-def test_a_worker_vacuums_its_hot_table_while_it_works(postgres_db_url: str) -> None:
+def test_a_worker_vacuums_its_hot_table_while_it_works(pg_url: str) -> None:
     """The worker runs the service: with a low bound, jobs going through it leave enough
     dead rows for its leader to VACUUM while the jobs are still running."""
-    from .conftest import truncate_conveyor_tables
-
-    truncate_conveyor_tables(postgres_db_url)
-    app = Conveyor(postgres_db_url)
+    app = Conveyor(pg_url)
 
     @app.task()
     async def noop(i: int) -> None:
@@ -205,14 +198,14 @@ def test_a_worker_vacuums_its_hot_table_while_it_works(postgres_db_url: str) -> 
 
     config: WorkerConfig = dataclasses.replace(
         FAST, vacuum_dead_rows=200, vacuum_interval=0.1, archive_interval=0.1)
-    before = vacuum_count(postgres_db_url)
+    before = vacuum_count(pg_url)
 
     async def main() -> None:
         await app.enqueue_many_async([noop.job(i) for i in range(3000)])
         finished = all_final(app)
 
         async def done() -> bool:
-            return await finished() and vacuum_count(postgres_db_url) > before
+            return await finished() and vacuum_count(pg_url) > before
         await run_worker_until(app, done, config, timeout=60.0)
         await app.close_async()
 
@@ -229,8 +222,8 @@ def test_bad_vacuum_settings_are_refused(field: str, value: object) -> None:
 
 
 @pytest.mark.postgres
-def test_table_vacuum_refuses_a_name_that_is_not_conveyors(postgres_db_url: str) -> None:
-    app = Conveyor(postgres_db_url)
+def test_table_vacuum_refuses_a_name_that_is_not_conveyors(pg_url: str) -> None:
+    app = Conveyor(pg_url)
 
     async def main() -> None:
         storage = await app.storage()

@@ -242,11 +242,32 @@ def encode_result(value: Any, max_bytes: int, codec: TypeCodec = DEFAULT_CODEC) 
             text = storable(dumps(value))
         except TypeError:  # not plain JSON: tagged, as arguments are
             text = storable(dumps(codec.encode(value)))
-    except (TypeError, ValueError, Unstorable) as exc:
-        return storable(dumps({"unserialisable_result": repr(value)[:500], "error": str(exc)}))
+    except Exception as exc:  # NaN, nested too deep, a registered encoder that raised ...
+        return storable(dumps({"unserialisable_result": _safe_repr(value),
+                               "error": _safe_text(exc)}))
     if len(text.encode()) > max_bytes:
         return dumps({"truncated_result": True, "size": len(text.encode()), "cap": max_bytes})
     return text
+
+
+def _safe_repr(value: Any) -> str:
+    """At most 500 characters of ``repr(value)``, or a stand-in when even that fails (a
+    value nested too deep, a ``__repr__`` that raises): a result's note is always written."""
+    try:
+        return repr(value)[:500]
+    except Exception:
+        return f"<{type(value).__name__}: repr() failed>"
+
+
+def _safe_text(exc: BaseException) -> str:
+    """Why a result could not be encoded: the message (with its type, beyond the usual
+    TypeError and ValueError), or the type alone when str() fails."""
+    try:
+        text = str(exc)
+    except Exception:
+        return type(exc).__name__
+    return text[:2000] if isinstance(exc, (TypeError, ValueError)) \
+        else f"{type(exc).__name__}: {text[:2000]}"
 
 
 def truncate(text: str, limit: int) -> str:

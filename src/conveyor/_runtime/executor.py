@@ -228,6 +228,8 @@ class Executor:
         token = set_current(ex.ctx)
         try:
             return await self._outcome(ex, task)
+        except Exception as exc:  # finishing the attempt raised: it fails with that error
+            return self.crashed(ex, exc)
         finally:
             reset_current(token)
             ex.run_time = time.monotonic() - ex.started
@@ -274,6 +276,31 @@ class Executor:
             ex, JobState.COMPLETED,
             result_json=_payload.encode_result(result, cfg.max_result_bytes, task.codec))
 
+    def crashed(self, ex: Execution, exc: BaseException) -> JobAck | None:
+        """The outcome of an attempt that could not be finished (building its ack raised,
+        in our code or a hook's): the attempt fails with that error recorded and is
+        retried as any failure, so that no job is left ``running`` until its lease runs
+        out. A lost lease still writes nothing. Built from plain values when even the
+        task's retry policy raises."""
+        if ex.stop_reason == "lost":
+            return None
+        message = f"finishing the attempt failed: {_describe(exc)}"
+        log.error("job %d: %s", ex.job.id, message, extra=ex.log_extra())
+        task = self._registry.tasks.get(ex.job.task)
+        try:
+            if task is not None:
+                return self._failure(ex, task, message, _traceback(exc), exc)
+        except Exception as again:
+            log.error("job %d: its failure could not be recorded either: %s", ex.job.id,
+                      _describe(again), extra=ex.log_extra())
+        job = ex.job
+        error = json.dumps({"attempt": job.attempt, "at": datetime.now(UTC).isoformat(),
+                            "error": message[:2000], **self._runner})
+        if job.attempt >= job.max_attempts:
+            return self._ack(ex, JobState.DISCARDED, error_json=error)
+        return self._ack(ex, JobState.RETRYABLE, delay=default_backoff(job.attempt),
+                         error_json=error)
+
     def _unreadable(self, ex: Execution, task: Task[Any, Any], exc: ArgumentsError) -> JobAck:
         """Arguments that cannot be decoded: discarded when no worker could (a value
         that does not fit its annotation, a token that does not verify), else a failed
@@ -284,12 +311,8 @@ class Executor:
         return self._ack(ex, JobState.DISCARDED, error_json=self._error(ex, str(exc)))
 
     def _raised(self, ex: Execution, task: Task[Any, Any], exc: BaseException) -> JobAck:
-        tb = "".join(traceback.format_exception(exc))
-        try:
-            text = str(exc)
-        except Exception:  # an exception that cannot print itself still fails the attempt
-            text = "<str() of the exception failed>"
-        return self._failure(ex, task, f"{type(exc).__name__}: {text}", tb, exc)
+        # an exception that cannot print itself (or its traceback) still fails the attempt
+        return self._failure(ex, task, _describe(exc), _traceback(exc), exc)
 
     def _stopped(self, ex: Execution, result_json: str | None = None) -> JobAck | None:
         if ex.stop_reason == "lost":
@@ -358,6 +381,21 @@ class Executor:
             error = _payload.storable(_payload.dumps(entry))
         return self._ack(ex, JobState.SCHEDULED, delay=max(delay, 0.0), attempt_delta=-1,
                          error_json=error)
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message``, or the type alone when the exception cannot print itself."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return f"{type(exc).__name__}: <str() of the exception failed>"
+
+
+def _traceback(exc: BaseException) -> str:
+    try:
+        return "".join(traceback.format_exception(exc))
+    except Exception:  # a traceback too deep to format: the error stands without it
+        return ""
 
 
 def _iso(epoch: float) -> str:

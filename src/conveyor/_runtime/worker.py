@@ -123,7 +123,8 @@ class Worker:
             ack = await self.executor.execute(ex)
         except BaseException as exc:  # a bug of ours, not of the handler
             log.exception("execution of job %d crashed: %s", ex.job.id, exc)
-            ack = None
+            # the attempt still ends, with this error: never a job left "running"
+            ack = self.executor.crashed(ex, exc)
         finally:
             producer.finished()
         if ex.throttle is not None:
@@ -134,9 +135,13 @@ class Worker:
         if ack is None:
             self._executions.pop(ex.job.id, None)
         else:
-            if ex.ctx._progress is not None and self.progress.must_flush(ex.ctx._progress):
-                await self.progress.flush_job(ex.ctx._progress)  # the last report first
-            self._push(ack)
+            try:
+                if ex.ctx._progress is not None and self.progress.must_flush(ex.ctx._progress):
+                    await self.progress.flush_job(ex.ctx._progress)  # the last report first
+            except Exception as exc:  # a lost progress report must not lose the outcome
+                log.warning("last progress of job %d not written: %s", ex.job.id, exc)
+            finally:
+                self._push(ack)
 
     def _push(self, ack: JobAck) -> None:
         """Queue an outcome for its write; one that returns later (a backoff, a snooze, a

@@ -15,8 +15,7 @@ from typing import Any
 import pytest
 
 import conveyor
-from conveyor import Conveyor, JobState, WorkerConfig
-from conveyor import _payload
+from conveyor import Conveyor, JobState, WorkerConfig, _payload
 from conveyor._runtime.executor import Executor
 
 SRC = Path(conveyor.__file__).resolve().parents[1]

@@ -60,6 +60,7 @@ def test_a_late_outcome_loses_to_the_newer_lease_by_its_token_alone(
             tasks.append(asyncio.create_task(fresh.run()))
             second = await wait_for_async(
                 lambda: _held(app, job, 2), timeout=20, message="B to rescue and run attempt 2")
+            assert first is not None and second is not None
             assert second.lease_token != first.lease_token
             flushes = stale.acker.flushes
             release[1].set()  # attempt 1 finishes now, under a lease it no longer holds
@@ -73,7 +74,7 @@ def test_a_late_outcome_loses_to_the_newer_lease_by_its_token_alone(
             release[2].set()
             done = await wait_for_async(lambda: _final(app, job), timeout=20,
                                         message="attempt 2 to complete")
-            assert done.state is JobState.COMPLETED and done.result == "attempt 2", done
+            assert done is not None and done.state is JobState.COMPLETED and done.result == "attempt 2", done
         finally:
             for event in release.values():
                 event.set()

@@ -174,4 +174,9 @@ class JobCancelledError(JobFailedError):
 
 
 class WaitTimeoutError(ConveyorError, TimeoutError):
-    """The awaited job(s) did not finish in time; nothing was changed on them."""
+    """The awaited job(s) did not finish in time; nothing was changed on them.
+    ``job_ids`` are the ids of the jobs not finished, as the message names them."""
+
+    def __init__(self, message: str, job_ids: list[int] | None = None) -> None:
+        super().__init__(message)
+        self.job_ids: list[int] = list(job_ids or [])

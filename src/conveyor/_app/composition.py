@@ -161,14 +161,19 @@ class CompositionApp(JobsApp):
             if type(raw).__module__.startswith("aiosqlite."):
                 composed: Composed = await raw._execute(self._offline.compose_sync, params,
                                                         raw._conn)
-                return composed
-            return await self._offline.compose(params, raw)
-        storage = (await self._observed()).with_source("enqueue")
-        return await storage.compose(params)
+            else:
+                composed = await self._offline.compose(params, raw)
+        else:
+            composed = await (await self._observed()).with_source("enqueue").compose(params)
+        self._bound(composed.jobs)  # each can be waited on (job.wait)
+        return composed
 
     def _compose(self, params: Any, connection: Any) -> Composed:
         if connection is not None:
-            return self._offline.compose_sync(params, caller_connection(connection, self.dialect))
+            composed = self._offline.compose_sync(
+                params, caller_connection(connection, self.dialect))
+            self._bound(composed.jobs)
+            return composed
         return self._sync(self._compose_async(params, None))
 
     # -- enqueue with depends_on ------------------------------------------------------------
@@ -233,7 +238,7 @@ class CompositionApp(JobsApp):
         if not jobs:
             return None
         edges = await storage.workflow_edges(workflow_id)
-        return WorkflowInfo(workflow_id, jobs, [
+        return WorkflowInfo(workflow_id, self._bound(jobs), [
             WorkflowEdge(e.job_id, e.depends_on, e.on_failure) for e in edges])
 
     async def job_dependencies_async(self, job_id: int) -> list[Dependency]:

@@ -65,10 +65,13 @@ class Waiter:
             async with asyncio.timeout(timeout):
                 return list(await asyncio.gather(*futures))
         except TimeoutError:
-            left = sorted({i for i, f in zip(ids, futures, strict=True) if not f.done()})
+            # the timeout cancelled every future gather() still waited on: those are the
+            # jobs not finished (a settled one holds its job, or its error)
+            left = sorted({i for i, f in zip(ids, futures, strict=True)
+                           if not f.done() or f.cancelled()})
             raise WaitTimeoutError(
-                f"{len(left)} job(s) not finished after {timeout}s: {left[:10]}"
-                f"{'...' if len(left) > 10 else ''} (left as they are)") from None
+                f"{len(left)} job(s) not finished after {timeout:g}s: {left[:10]}"
+                f"{'...' if len(left) > 10 else ''} (left as they are)", left) from None
         finally:
             for job_id, future in zip(ids, futures, strict=True):
                 self._remove(job_id, future)
@@ -89,9 +92,20 @@ class Waiter:
         if not futures:
             self._waits.pop(job_id, None)
             self._fresh.discard(job_id)
+            if not self._waits:
+                self._wake.set()  # nobody waits: the reading task ends now, not at a recheck
         if future.done() and not future.cancelled():
             future.exception()  # retrieved: an error gather() did not report is not logged
         future.cancel()  # a no-op once done
+
+    async def close(self) -> None:
+        """End the reading task (the app closes its storage): none is left pending
+        on a loop that stops ("Task was destroyed but it is pending!")."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def _notified(self, _payload: str) -> None:
         """From any thread (the listener's, a worker's storage thread)."""
@@ -186,6 +200,12 @@ class ResultsApp(AppBase):
     async def wait_job_async(self, job_id: int, timeout: float | None = None) -> Job:
         """One job; see ``wait_jobs_async``. Example: ``await app.wait_job_async(42)``"""
         return (await self.wait_jobs_async([_id(job_id)], timeout))[0]
+
+    async def close_async(self) -> None:
+        waiter = self.__dict__.get("_waiters", {}).pop(asyncio.get_running_loop(), None)
+        if waiter is not None:
+            await waiter.close()
+        await super().close_async()
 
     def _waiter(self, storage: Storage) -> Waiter:
         """This loop's waiter (a new one after ``rebind`` or a reopened storage)."""

@@ -29,6 +29,10 @@ class JobState(StrEnum):
         return self in FINAL_STATES
 
 
+#: The largest id a job or batch row can have: both databases store ids as signed
+#: 64-bit ints, so an id past it names no row (the API says "not found").
+MAX_ID = 2**63 - 1
+
 # The sets of states, defined here once; storage, the CLI and the dashboard import them.
 #: A job in one of these is done: it runs again only if retried.
 FINAL_STATES = frozenset({JobState.COMPLETED, JobState.CANCELLED, JobState.DISCARDED})

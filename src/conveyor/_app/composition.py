@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import _payload
 from .._errors import BatchNotFoundError, WorkflowError
-from .._job import FINAL_STATES, Job, JobState
+from .._job import FINAL_STATES, MAX_ID, Job, JobState
 from .._storage import (
     BatchAddParams,
     BatchCreateParams,
@@ -301,7 +301,11 @@ class CompositionApp(JobsApp):
         return _batch(row)
 
     async def get_batch_async(self, batch_id: int) -> Batch | None:
-        row = await (await self.storage()).batch_get(_check_batch_id(batch_id))
+        try:
+            checked = _check_batch_id(batch_id)
+        except BatchNotFoundError:
+            return None
+        row = await (await self.storage()).batch_get(checked)
         return None if row is None else _batch(row)
 
 
@@ -316,6 +320,9 @@ def _has_deps(specs: object) -> bool:
 
 
 def _check_batch_id(batch_id: object) -> int:
+    """A batch id; one past the 64-bit range names no batch."""
     if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 1:
         raise TypeError(f"a batch id is a positive int, got {batch_id!r}")
+    if batch_id > MAX_ID:
+        raise BatchNotFoundError(f"no batch has id {batch_id}")
     return batch_id

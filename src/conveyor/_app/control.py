@@ -29,6 +29,7 @@ from .._storage import (
 from .._task import Task
 from .._task_retry import parse_queue_backoff
 from .composition import CompositionApp
+from .jobs import _check_id
 
 
 class _Keep:
@@ -243,4 +244,4 @@ class ControlApp(CompositionApp):
 
     async def explain_job_async(self, job_id: int) -> Explanation:
         """Say in plain words what holds a job back (or that it is next)."""
-        return await explain(self.tasks, await self.storage(), job_id)
+        return await explain(self.tasks, await self.storage(), _check_id(job_id))

@@ -12,7 +12,7 @@ from .. import _payload, _payload_crypt
 from .._config import UnsetQueues, WorkerConfig
 from .._cron import Misfire, Schedule
 from .._errors import InvalidStateError, JobNotFoundError
-from .._job import Job, JobState
+from .._job import MAX_ID, Job, JobState
 from .._limits import KeyFunc, RateLimit, Unique
 from .._runtime import Worker
 from .._storage import (
@@ -175,7 +175,11 @@ class JobsApp(ResultsApp):
     # -- inspection and control ----------------------------------------------------------------
 
     async def get_job_async(self, job_id: int) -> Job | None:
-        job = await (await self.storage()).job_get(JobGetParams(_check_id(job_id)))
+        try:
+            checked = _check_id(job_id)
+        except JobNotFoundError:  # beyond the ids a row can have
+            return None
+        job = await (await self.storage()).job_get(JobGetParams(checked))
         return None if job is None else self._bound([job])[0]
 
     async def list_jobs_async(
@@ -189,7 +193,7 @@ class JobsApp(ResultsApp):
             queue=_payload.check_queue_name(queue) if queue is not None else None,
             task=_payload.check_task_name(task) if task is not None else None,
             limit=limit,
-            before_id=_check_id(before_id) if before_id is not None else None,
+            before_id=_before_id(before_id),
         )
         return self._bound(await (await self.storage()).job_list(params))
 
@@ -375,6 +379,17 @@ async def _refused(storage: Storage, job_id: int, verb: str) -> Job:
 
 
 def _check_id(job_id: object) -> int:
+    """A job id as the API takes it; one past the 64-bit range names no job (as the
+    CLI and the dashboard say), rather than a driver's OverflowError."""
     if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
         raise TypeError(f"a job id is a positive int, got {job_id!r}")
+    if job_id > MAX_ID:
+        raise JobNotFoundError(f"no job with id {job_id}")
     return job_id
+
+
+def _before_id(before_id: object) -> int | None:
+    """``list_jobs(before_id=)``: past the 64-bit range, every job is before it."""
+    if before_id is None or (type(before_id) is int and before_id > MAX_ID):
+        return None
+    return _check_id(before_id)

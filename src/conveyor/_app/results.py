@@ -25,7 +25,7 @@ from .._errors import (
     JobNotFoundError,
     WaitTimeoutError,
 )
-from .._job import FINAL_STATES, Job, JobState
+from .._job import FINAL_STATES, MAX_ID, Job, JobState
 from .._payload_hints import HintCompiler, safe_hints
 from .._storage import JobFilter, JobSearchParams, Storage
 from .base import AppBase
@@ -273,6 +273,8 @@ def _ids(jobs: object) -> list[int]:
 def _id(job_id: object) -> int:
     if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id < 1:
         raise TypeError(f"expected a Job or a positive int job id, got {job_id!r}")
+    if job_id > MAX_ID:  # no row has it (the databases' ids are 64-bit)
+        raise JobNotFoundError(f"no job with id {job_id}")
     return job_id
 
 

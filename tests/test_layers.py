@@ -26,6 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "conveyor._payload",
         "conveyor._cron", "conveyor._limits", "conveyor._context", "conveyor._portal",
         "conveyor._logfields", "conveyor._redact", "conveyor._clock",
+        "conveyor._metric_schema", "conveyor._format",
     )),
     ("storage", ("conveyor._storage",)),
     # what an app is made of (tasks, hooks), and the choke point every write passes

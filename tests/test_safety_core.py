@@ -425,7 +425,7 @@ def test_a_failed_attempt_without_runner_fields_still_renders(app: Conveyor) -> 
     """Error entries written before schema 6 (no node, host, pid, run_time)."""
     from datetime import UTC, datetime
 
-    from conveyor.web._data import attempt_runs, timeline
+    from conveyor._app.reads import attempt_runs, timeline
 
     @app.task
     def old() -> None: ...

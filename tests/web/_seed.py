@@ -24,8 +24,9 @@ from typing import Any
 import psycopg
 
 from conveyor import Conveyor, Discard, JobState, WorkerConfig
+from conveyor._metric_schema import minute_of
 from conveyor._runtime import Worker
-from conveyor._runtime.metrics import Metrics, minute_of
+from conveyor._runtime.metrics import Metrics
 from conveyor._storage import NodeUpsertParams
 
 from .._runtime_util import FAST, all_final, run_worker_until

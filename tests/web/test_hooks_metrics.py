@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from conveyor import Conveyor, JobContext, JobState, StateChange, WorkerConfig, current_job
-from conveyor._runtime.metrics import BOUNDS, bucket_index, minute_of, outcome_of
+from conveyor._metric_schema import BOUNDS, bucket_index, minute_of
+from conveyor._runtime.metrics import outcome_of
 from conveyor._storage import JobAck, MetricsSeriesParams
 
 from .._runtime_util import FAST, all_final, run_worker_until

@@ -82,7 +82,7 @@ def all_final_default(app: Conveyor):
 
 
 def test_label_values_are_escaped() -> None:
-    from conveyor._storage import MetricTotal
+    from conveyor._app import MetricTotal
     from conveyor.contrib import prometheus
 
     snapshot = prometheus.Snapshot([MetricTotal('q"1', "t\\x\n", "completed", 2)], [], ['q"1'], 0)
@@ -90,6 +90,51 @@ def test_label_values_are_escaped() -> None:
     found = families(text)
     sample = found["conveyor_jobs_finished"].samples[0]  # type: ignore[attr-defined]
     assert sample.labels == {"queue": 'q"1', "task": "t\\x\n", "outcome": "completed"}
+
+
+def scrape_of_every_kind() -> object:
+    """A snapshot with every kind of sample: escapes, a large counter, histograms with
+    fractional sums, gauges per queue and state, a final state that is not exported."""
+    from conveyor import JobState
+    from conveyor._app import MetricTotal, StateCount
+    from conveyor._app.reads import Snapshot
+
+    totals = [MetricTotal('q"1', "t\\x\n", "completed", 2),
+              MetricTotal("big", "t", "completed", 123456789.0),
+              MetricTotal("big", "t", "discarded", 0.5),
+              MetricTotal("big", "t", "runtime_count", 3), MetricTotal("big", "t", "runtime_b0", 1),
+              MetricTotal("big", "t", "runtime_b14", 2), MetricTotal("big", "t", "runtime_sum", 0.1),
+              MetricTotal("big", "t", "latency_count", 1), MetricTotal("big", "t", "latency_b7", 1),
+              MetricTotal("big", "t", "latency_sum", 1e-7)]
+    counts = [StateCount("big", JobState.AVAILABLE, 7), StateCount("big", JobState.RUNNING, 1),
+              StateCount(None, JobState.COMPLETED, 100_000, True)]
+    return Snapshot(totals, counts, ["big", 'q"1', "idle"], 2)
+
+
+@pytest.mark.parametrize("up", [True, False])
+def test_the_dashboard_writes_the_families_as_prometheus_client_does(up: bool) -> None:
+    """``/metrics`` renders the text format itself (the web extra needs no
+    prometheus-client): byte for byte what prometheus-client makes of the collector's
+    families, which are the same plain data."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from conveyor._app import reads
+    from conveyor.contrib import prometheus
+    from conveyor.web._exposition import exposition
+
+    snapshot = scrape_of_every_kind() if up else None
+    ours = exposition(reads.families(snapshot, "9.9"))  # type: ignore[arg-type]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(prometheus._Fixed(prometheus.families(snapshot, "9.9")))  # type: ignore[arg-type]
+    assert ours == generate_latest(registry)
+    text = ours.decode()
+    assert ("conveyor_database_up 1.0" if up else "conveyor_database_up 0.0") in text
+    if up:
+        assert 'conveyor_jobs_finished_total{outcome="completed",queue="big",task="t"} 1.23456789e+08' in text
+        assert 'conveyor_job_run_seconds_bucket{le="+Inf",queue="big",task="t"} 3.0' in text
+        assert 'conveyor_queue_jobs{queue="idle",state="scheduled"} 0.0' in text
+        labels = [s.labels for s in families(text)["conveyor_jobs_finished"].samples]  # type: ignore[attr-defined]
+        assert {"queue": 'q"1', "task": "t\\x\n", "outcome": "completed"} in labels
 
 
 # -- health ----------------------------------------------------------------------------------

@@ -5,11 +5,29 @@ the sync bridge) <- ``JobsApp`` (enqueue, jobs, workers) <- ``ControlApp`` (sche
 queues, cluster) <- ``MaintenanceApp`` (discard, delete, purge, prune and rescue
 now) <- ``TestingApp`` (inline mode and drain, for the testing toolkit) <- ``Conveyor``
 (the sync twins, one line each).
+
+The records of storage that the interfaces read (a job filter, counts, health, metric
+points) are re-exported here, so an interface never imports ``conveyor._storage``.
 """
 
+from .._storage import (
+    DbHealth,
+    DepthPoint,
+    FailureGroup,
+    JobFilter,
+    LeaderRow,
+    MetricPoint,
+    MetricTotal,
+    Migration,
+    NodeRow,
+    QueueRow,
+    StateCount,
+)
 from .app import Conveyor
 from .composition import Batch, Dependency, WorkflowEdge, WorkflowInfo, WorkflowRun
 from .control import QueueInfo, ScheduleInfo, ScheduleNotFoundError
 
-__all__ = ["Batch", "Conveyor", "Dependency", "QueueInfo", "ScheduleInfo",
-           "ScheduleNotFoundError", "WorkflowEdge", "WorkflowInfo", "WorkflowRun"]
+__all__ = ["Batch", "Conveyor", "DbHealth", "Dependency", "DepthPoint", "FailureGroup",
+           "JobFilter", "LeaderRow", "MetricPoint", "MetricTotal", "Migration", "NodeRow",
+           "QueueInfo", "QueueRow", "ScheduleInfo", "ScheduleNotFoundError", "StateCount",
+           "WorkflowEdge", "WorkflowInfo", "WorkflowRun"]

@@ -12,7 +12,6 @@ Minutes are taken from this machine's wall clock (``time.time()``).
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import math
@@ -21,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .._job import JobState
+from .._metric_schema import BOUNDS, bucket_index, minute_of
 from .._storage import (
     JobAck,
     MetricRow,
@@ -38,14 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("conveyor.metrics")
 
-#: Upper bounds (seconds) of the histogram buckets of run time and queue latency; the
-#: last bucket (index ``len(BOUNDS)``) is everything above.
-BOUNDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-#: What an attempt ended as, in the ``outcome`` label and metric names.
-OUTCOMES = ("completed", "retried", "discarded", "cancelled", "snoozed")
-#: Metric names that count failures (for the failure rate).
-FAILED = ("retried", "discarded")
-
 Key = tuple[float | None, str, str, str]
 
 
@@ -57,14 +49,6 @@ def outcome_of(ack: JobAck) -> str:
     if ack.state in (JobState.DISCARDED, JobState.CANCELLED):
         return ack.state.value
     return "snoozed" if ack.attempt_delta < 0 else "retried"
-
-
-def bucket_index(seconds: float) -> int:
-    return bisect.bisect_left(BOUNDS, seconds)
-
-
-def minute_of(ts: float) -> float:
-    return float(math.floor(ts / 60.0) * 60)
 
 
 class Metrics(Service):
@@ -187,7 +171,7 @@ class _Cell:
             if value is not None:
                 acc[0] += value
                 acc[1] += 1
-                acc[2 + bisect.bisect_left(BOUNDS, value)] += 1
+                acc[2 + bucket_index(value)] += 1
 
     def samples(self) -> list[tuple[str, float]]:
         out = [(outcome, float(n)) for outcome, n in self.outcomes.items()]

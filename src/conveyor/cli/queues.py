@@ -17,8 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .._app import Conveyor, QueueInfo
+from .._format import seconds
 from .._task_retry import parse_queue_backoff
-from ..web._format import seconds
 from ._base import CONTEXT, EPILOG, UsageFailure, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import console, plain, print_json, safe

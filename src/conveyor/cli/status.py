@@ -1,5 +1,5 @@
 """``conveyor check`` (a liveness probe) and ``conveyor status`` (a terminal overview),
-both read through the operator API the dashboard uses."""
+both read through the operator reads the dashboard uses (``conveyor._app.reads``)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from .._app import Conveyor
+from .._app import Conveyor, reads
+from .._format import count, number, percent, seconds
 from .._operations import Operations
-from ..web import _data
-from ..web._format import count, number, percent, seconds
 from ._base import EPILOG, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import STATE_STYLES, console, print_json
@@ -26,7 +25,7 @@ from ._render import STATE_STYLES, console, print_json
 
 async def _check(app: Conveyor, min_workers: int) -> tuple[bool, dict[str, Any]]:
     ops = Operations(app, source="cli")
-    health = await _data.health(ops)
+    health = await reads.health(ops)
     doc: dict[str, Any] = {"database": "ok" if health.reachable else "unreachable",
                            "schema": health.version, "expected_schema": health.latest}
     if not health.reachable:
@@ -60,12 +59,12 @@ def check(app_path: str | None, url: str | None, min_workers: int, as_json: bool
 # -- status -------------------------------------------------------------------------------
 
 
-async def _status(app: Conveyor) -> tuple[_data.Overview, list[_data.NodeView]]:
+async def _status(app: Conveyor) -> tuple[reads.Overview, list[reads.NodeView]]:
     ops = Operations(app, source="cli")
-    return await _data.overview(ops), await _data.workers(ops)
+    return await reads.overview(ops), await reads.workers(ops)
 
 
-def _hour(view: _data.Overview) -> Text:
+def _hour(view: reads.Overview) -> Text:
     """The last hour's figures, or what is known instead and why the rest is not."""
     s = view.series
     hour = Text("Last hour  ", style="bold")
@@ -80,7 +79,7 @@ def _hour(view: _data.Overview) -> Text:
     return hour
 
 
-def _tables(view: _data.Overview, nodes: list[_data.NodeView]) -> Group:
+def _tables(view: reads.Overview, nodes: list[reads.NodeView]) -> Group:
     states = Text("Jobs  ", style="bold")
     for name, pair in view.states.items():
         states.append(f"{name} ", style=STATE_STYLES.get(name, ""))

@@ -23,7 +23,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from ._redact import Redactor, redact_secrets, show_everything
+from .._redact import Redactor, redact_secrets, show_everything
 from ._settings import (
     AccessHook,
     Auth,

@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 
 from markupsafe import Markup, escape
 
-from ._format import clock, number
+from .._format import number
+from ._format import clock
 
 WIDTH, HEIGHT = 640, 170
 LEFT, RIGHT, TOP, BOTTOM = 48, 8, 10, 22

@@ -7,10 +7,10 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from .._app import Batch
+from .._app.reads import arguments_preview, last_error
 from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, Job, JobState
-from ._data import arguments_preview, last_error
+from .._redact import Redactor
 from ._graph import Graph, layout
-from ._redact import Redactor
 
 if TYPE_CHECKING:
     from .._operations import Operations

@@ -8,9 +8,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .._app import reads
 from .._errors import ConveyorError
 from .._operations import bulk_filter
-from . import _data
 from ._context import Context, safe_path
 from ._query import JobQuery
 from ._security import action_form, form_text
@@ -20,7 +20,7 @@ BULK_ACTIONS = ("retry", "discard")
 
 async def failures(ctx: Context, request: Request) -> Response:
     query = JobQuery.parse(request.query_params)
-    groups = await _data.failure_groups(ctx.ops, query.queue or None, query.task or None)
+    groups = await reads.failure_groups(ctx.ops, query.queue or None, query.task or None)
     return ctx.render(request, "failures.html", "/failures", groups=groups, query=query,
                       JobQuery=JobQuery)
 
@@ -32,7 +32,7 @@ async def bulk(ctx: Context, request: Request) -> Response:
         raise HTTPException(400, "action must be retry or discard")
     query = JobQuery.parse(request.query_params)
     cap = ctx.settings.bulk_cap
-    flt = await _data.bounded(ctx.ops, query.to_filter())
+    flt = await reads.bounded(ctx.ops, query.to_filter())
     per_state = await ctx.ops.count_bulk(action, flt, cap + 1)
     matching = sum(n for _, n in per_state)
     narrowed = bulk_filter(action, flt)
@@ -55,7 +55,7 @@ async def bulk_action(ctx: Context, request: Request) -> Response:
     back = safe_path(form_text(form, "back", "/failures"))
     cap = ctx.settings.bulk_cap
     ctx.audit(request, f"bulk.{action}", filter=query.describe(), cap=cap)
-    flt = await _data.bounded(ctx.ops, query.to_filter())
+    flt = await reads.bounded(ctx.ops, query.to_filter())
     act = ctx.ops.retry_matching if action == "retry" else ctx.ops.discard_matching
     try:
         changed = await act(flt, cap)

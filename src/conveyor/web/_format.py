@@ -1,12 +1,14 @@
 """Template filters: times, durations, counts and JSON, always as plain text (the
-templates escape it)."""
+templates escape it). Numbers and durations are ``conveyor._format``'s, shared with
+the CLI."""
 
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
 from typing import Any
+
+from .._format import count, number, percent, seconds
 
 #: Characters of a JSON document shown on the detail page before it is cut.
 MAX_SHOWN = 100_000
@@ -32,22 +34,6 @@ def clock(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%H:%M")
 
 
-def seconds(value: float | None) -> str:
-    """A duration: 850 ms, 4.2 s, 3 min, 2.5 h, 3 d."""
-    if value is None or math.isnan(value):
-        return "-"
-    value = abs(value)
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    if value < 60:
-        return f"{value:.1f} s"
-    if value < 3600:
-        return f"{value / 60:.0f} min"
-    if value < 86400:
-        return f"{value / 3600:.1f} h"
-    return f"{value / 86400:.1f} d"
-
-
 def ago(value: datetime | None, now: datetime | None = None) -> str:
     if value is None:
         return "-"
@@ -55,22 +41,6 @@ def ago(value: datetime | None, now: datetime | None = None) -> str:
     if abs(delta) < 1:
         return "now"
     return f"{seconds(delta)} ago" if delta > 0 else f"in {seconds(delta)}"
-
-
-def number(value: float | int | None) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and not value.is_integer():
-        return f"{value:,.1f}"
-    return f"{int(value):,}"
-
-
-def count(value: int, capped: bool = False) -> str:
-    return f"{value:,}+" if capped else f"{value:,}"
-
-
-def percent(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:.1f}%"
 
 
 def pretty(value: Any) -> str:

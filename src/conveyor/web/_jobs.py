@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .._app.reads import jobs as reads
 from .._errors import JobNotFoundError
-from . import _data
 from ._context import Context
 from ._query import PAGE_SIZES, STATE_CHOICES, JobQuery, positive_int
 from ._security import action_form
@@ -26,17 +26,17 @@ async def jobs(ctx: Context, request: Request) -> Response:
     query = JobQuery.parse(params)
     limit = positive_int(params.get("limit"), 50) or 50
     limit = limit if limit in PAGE_SIZES else 50
-    page = await _data.jobs_page(
+    page = await reads.jobs_page(
         ctx.ops, query.to_filter(), ctx.settings.redact, limit=limit,
         before=positive_int(params.get("before")), after=positive_int(params.get("after")),
         cap=ctx.settings.count_cap)
     return ctx.render(request, "jobs.html", "/jobs", page=page, query=query, limit=limit,
-                      states=STATE_CHOICES, sizes=PAGE_SIZES, text_scan=_data.TEXT_SCAN)
+                      states=STATE_CHOICES, sizes=PAGE_SIZES, text_scan=reads.TEXT_SCAN)
 
 
 async def job(ctx: Context, request: Request) -> Response:
     job_id = positive_int(request.path_params["job_id"])
-    detail = await _data.job_detail(ctx.ops, job_id, ctx.settings.redact) if job_id else None
+    detail = await reads.job_detail(ctx.ops, job_id, ctx.settings.redact) if job_id else None
     if detail is None:
         raise HTTPException(404, f"no job with id {request.path_params['job_id']}")
     return ctx.render(request, "job.html", "/jobs", d=detail)

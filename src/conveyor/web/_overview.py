@@ -6,15 +6,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..contrib.prometheus import CONTENT_TYPE
-from . import _data
+from .. import __version__
+from .._app import reads
+from .._format import percent, seconds
 from ._charts import Line, bars, lines
 from ._context import Context
-from ._format import percent, seconds
+from ._exposition import CONTENT_TYPE, exposition
 
 
 async def overview(ctx: Context, request: Request) -> Response:
-    view = await _data.overview(ctx.ops)
+    view = await reads.overview(ctx.ops)
     s = view.series
     charts = {
         "throughput": bars(s.minutes, [Line("completed", s.completed, "s-completed"),
@@ -33,7 +34,7 @@ async def overview(ctx: Context, request: Request) -> Response:
 
 async def healthz(ctx: Context, request: Request) -> Response:
     """200 when the database answers and its schema is current, else 503."""
-    health = await _data.health(ctx.ops, ctx.settings.timeout)
+    health = await reads.health(ctx.ops, ctx.settings.timeout)
     if health.ok:
         body = {"status": "ok", "database": "ok", "schema": health.version}
     elif not health.reachable:
@@ -49,12 +50,15 @@ def unhealthy(ctx: Context, request: Request, reason: str) -> Response:
 
 
 async def metrics(ctx: Context, request: Request) -> Response:
-    return Response(await _data.prometheus(ctx.ops), media_type=CONTENT_TYPE)
+    """The same families as ``conveyor.contrib.prometheus.ConveyorCollector`` (one
+    code path), read on the dashboard's event loop."""
+    snapshot = await reads.read(ctx.ops)
+    return Response(exposition(reads.families(snapshot, __version__)), media_type=CONTENT_TYPE)
 
 
 def metrics_down(ctx: Context, request: Request, reason: str) -> Response:
     """Scrapers get an answer, not a hang: the database is down, as a gauge."""
-    return Response(_data.prometheus_down(), media_type=CONTENT_TYPE)
+    return Response(exposition(reads.families(None, __version__)), media_type=CONTENT_TYPE)
 
 
 def routes(ctx: Context) -> list[Route]:

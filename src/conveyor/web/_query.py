@@ -7,8 +7,8 @@ import dataclasses
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
+from .._app import JobFilter
 from .._job import FAILED_STATES, JobState
-from .._storage import JobFilter
 
 #: ``state=failed`` in a URL: retryable and discarded together.
 STATE_CHOICES = [s.value for s in JobState] + ["failed"]

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import _data
+from .._app import reads
 from ._context import Context
 from ._query import positive_int
 from ._security import action_form, form_text
@@ -17,7 +17,7 @@ MAX_CONCURRENCY = 100_000
 
 
 async def queues(ctx: Context, request: Request) -> Response:
-    return ctx.render(request, "queues.html", "/queues", queues=await _data.queues(ctx.ops))
+    return ctx.render(request, "queues.html", "/queues", queues=await reads.queues(ctx.ops))
 
 
 async def queue_action(ctx: Context, request: Request) -> Response:

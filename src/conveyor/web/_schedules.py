@@ -9,16 +9,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .._app import ScheduleNotFoundError
+from .._app import ScheduleNotFoundError, reads
 from .._job import Job
-from . import _data
 from ._context import Context
 from ._security import action_form
 
 
 async def schedules(ctx: Context, request: Request) -> Response:
     return ctx.render(request, "schedules.html", "/schedules",
-                      schedules=await _data.schedules(ctx.ops))
+                      schedules=await reads.schedules(ctx.ops))
 
 
 async def schedule_action(ctx: Context, request: Request) -> Response:

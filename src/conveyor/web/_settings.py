@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from ._redact import Redactor, redact_secrets
+from .._redact import Redactor, redact_secrets
 
 if TYPE_CHECKING:
     from starlette.requests import Request

@@ -6,12 +6,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from . import _data
+from .._app import reads
 from ._context import Context
 
 
 async def workers(ctx: Context, request: Request) -> Response:
-    return ctx.render(request, "workers.html", "/workers", nodes=await _data.workers(ctx.ops))
+    return ctx.render(request, "workers.html", "/workers", nodes=await reads.workers(ctx.ops))
 
 
 def routes(ctx: Context) -> list[Route]:

@@ -1,7 +1,6 @@
-"""Metric rollups turned into what the overview charts and ``/metrics`` show:
-per-minute series for the last hour and percentiles from histogram buckets (``/metrics``
-is ``conveyor.contrib.prometheus``).
-"""
+"""Metric rollups turned into what the overview shows (the dashboard's charts and
+``conveyor status``): per-minute series for the last hour and percentiles from
+histogram buckets."""
 
 from __future__ import annotations
 
@@ -10,9 +9,9 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from .._job import ACTIVE_STATES
-from .._runtime.metrics import BOUNDS, FAILED, minute_of
-from .._storage import DepthPoint, MetricPoint
+from ..._job import ACTIVE_STATES
+from ..._metric_schema import BOUNDS, FAILED, minute_of
+from ..._storage import DepthPoint, MetricPoint
 
 DEPTH_STATES = tuple(s.value for s in ACTIVE_STATES)
 

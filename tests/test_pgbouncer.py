@@ -36,6 +36,7 @@ from conveyor import (
 from conveyor._runtime import Worker
 from conveyor._storage import WakeHub, create_storage
 from conveyor._storage.postgres.connection import LISTEN_ENV, config_from_url
+from conveyor._storage.postgres.pools import _POOLER_WARNED
 
 from . import _pgbouncer
 from ._runtime_util import FAST, all_final, in_state, run_worker_until
@@ -69,30 +70,75 @@ def _listen_option(direct_url: str) -> str:
     return f"conveyor_listen_url={quote(direct_url, safe='')}"
 
 
-def test_without_the_option_prepared_statements_collide(
-        bouncer: _pgbouncer.PgBouncer, direct_url: str) -> None:
-    """The setup reproduces the reported failure, and the error says what to do."""
-    app = Conveyor(bouncer.url_for(direct_url))
+def _run_two_workers_on_a_plain_url(url: str, caplog: pytest.LogCaptureFixture,
+                                    jobs: int) -> list[str]:
+    """``jobs`` jobs (sync, async and bulk enqueues) through two workers on one app whose
+    URL does not name the pooler; every WARNING or worse the run logged."""
+    _POOLER_WARNED.clear()  # once per process and URL: each test starts afresh
+    app = Conveyor(url)
 
     @app.task
-    async def noop(n: int) -> None:
-        pass
+    async def work(n: int) -> int:
+        return n
 
-    async def main() -> str:
-        deadline = time.monotonic() + 15
+    async def main() -> None:
+        for i in range(10):  # past every prepare threshold, on the sync connections
+            work.enqueue(i)
+        await asyncio.gather(*(work.enqueue_async(i) for i in range(40)))
+        await app.enqueue_many_async([work.job(i) for i in range(jobs - 50)])
+        config = dataclasses.replace(FAST, queues={"default": 20})
+        second = Worker(app.registry, await app.storage(), config)
+        running = asyncio.create_task(second.run())
         try:
-            while time.monotonic() < deadline:
-                await asyncio.gather(*(noop.enqueue_async(i) for i in range(20)),
-                                     *(app.count_jobs_async() for _ in range(20)))
-        except DatabaseUnavailableError as exc:
-            return str(exc)
+            await run_worker_until(app, all_final(app), config=config, timeout=90)
         finally:
-            await app.close_async()
-        raise AssertionError("no prepared-statement error within 15 s")
+            second.request_stop()
+            await asyncio.wait_for(running, timeout=30)
+        counts = await app.count_jobs_async()
+        assert counts["completed"] == jobs, counts
+        await app.close_async()
 
-    message = asyncio.run(main())
-    assert "prepared statement" in message and "_pg3_" in message, message
-    assert POOLER in message and "PgBouncer" in message, message
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(main())
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_a_plain_url_through_the_pooler_switches_to_the_pooler_mode_by_itself(
+        bouncer: _pgbouncer.PgBouncer, direct_url: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 28 defect 7: without ``?conveyor_pooler=transaction`` two workers logged 329
+    "ack flush of N failed" warnings for 2,000 jobs. The storage finds the pooler when it
+    connects and says so once, naming the option; nothing fails on the way."""
+    logged = _run_two_workers_on_a_plain_url(bouncer.url_for(direct_url), caplog, 2_000)
+    assert len(logged) == 1, logged
+    assert f"?{POOLER}" in logged[0] and "transaction pooler" in logged[0], logged
+
+
+def test_when_the_check_at_connect_misses_the_pooler_its_errors_switch_modes(
+        bouncer: _pgbouncer.PgBouncer, direct_url: str, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pooler that hands the probe another server connection: the first prepared
+    statement it refuses switches the storage to the pooler mode (one warning) and the
+    statement runs again unprepared. One refused inside a transaction (a claim) cannot
+    run again there: its caller logs it once and retries, as for any lost connection."""
+    async def missed(*_: Any) -> bool:
+        return False
+
+    monkeypatch.setattr("conveyor._storage.postgres.pools.shares_server_sessions", missed)
+    logged = _run_two_workers_on_a_plain_url(bouncer.url_for(direct_url), caplog, 1_000)
+    switched = [m for m in logged if "turned off server-side prepared statements" in m]
+    assert len(switched) == 1 and f"?{POOLER}" in switched[0], logged
+    assert not [m for m in logged if "ack flush" in m], logged
+
+
+def test_on_a_direct_url_the_check_at_connect_finds_no_pooler(direct_url: str) -> None:
+    app = Conveyor(direct_url)
+    try:
+        app.count_jobs()
+        storage = app._sync(app.storage())
+        assert not storage._config.pooled  # type: ignore[attr-defined]
+    finally:
+        app.close()
 
 
 def test_enqueue_sync_async_bulk_and_the_callers_connection(

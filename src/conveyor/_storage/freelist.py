@@ -29,8 +29,12 @@ class FreeList(Generic[C]):
     """
 
     def __init__(self, connect: Callable[[], C], reusable: Callable[[C], bool],
-                 max_size: int, exhausted: Callable[[], Exception]) -> None:
+                 max_size: int, exhausted: Callable[[], Exception],
+                 fresh: Callable[[C], bool] | None = None) -> None:
         self._connect, self._reusable, self._exhausted = connect, reusable, exhausted
+        #: Asked of a free connection before it is handed out; False closes it (the
+        #: server hung up on it while it sat idle).
+        self._fresh = fresh
         self._free: list[C] = []
         self._slots = threading.BoundedSemaphore(max_size)
         self._closed = False
@@ -41,9 +45,8 @@ class FreeList(Generic[C]):
             raise self._exhausted()
         conn = None
         try:
-            try:
-                conn = self._free.pop()
-            except IndexError:
+            conn = self._take_free()
+            if conn is None:
                 conn = self._connect()
             yield conn
         except BaseException:
@@ -57,6 +60,14 @@ class FreeList(Generic[C]):
                 self._free.append(conn)
         finally:
             self._slots.release()
+
+    def _take_free(self) -> C | None:
+        while self._free:
+            conn = self._free.pop()
+            if self._fresh is None or self._fresh(conn):
+                return conn
+            conn.close()
+        return None
 
     def close(self) -> None:
         self._closed = True

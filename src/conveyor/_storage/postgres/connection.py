@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import secrets
+import select
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -33,6 +35,10 @@ _DISK_FULL = "53100"
 #: does to prepared statements (they land on, or are missing from, another server
 #: connection).
 _POOLER_SQLSTATES = frozenset({"42P05", "26000"})
+#: protocol_violation: "bind message supplies 5 parameters, but prepared statement
+#: "_pg3_15" requires 1" (another client's statement of the same name on that server
+#: connection).
+_PROTOCOL_VIOLATION = "08P01"
 #: Conveyor's own URL query options, removed before the URL reaches libpq.
 POOLER_OPTION = "conveyor_pooler"
 LISTEN_OPTION = "conveyor_listen_url"
@@ -131,12 +137,61 @@ async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(_lenient_loads, conn)
 
 
+def server_hung_up(conn: psycopg.AsyncConnection[Any] | psycopg.Connection[Any]) -> bool:
+    """True when an idle connection has something to read: the server closed it (a
+    restart or failover sends FATAL 57P01 and hangs up) or sent an unasked message.
+    One poll of the socket, no round trip: cheap enough for every checkout."""
+    if conn.closed:
+        return True
+    try:
+        poller = select.poll()
+        poller.register(conn.pgconn.socket, select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):
+        return True
+
+
+async def shares_server_sessions(first: psycopg.AsyncConnection[Any], url: str,
+                                 config: PostgresConfig) -> bool:
+    """True when a session setting made on ``first`` shows up on a second connection:
+    both ran on one server connection, so a transaction pooler (PgBouncer
+    ``pool_mode = transaction``) hands server connections between clients and a
+    prepared statement would collide. A direct or session-pooled connection never
+    shares. A pooler that hands out another server connection this time reads as
+    False; the prepared-statement errors themselves are the fallback."""
+    token = secrets.token_hex(8)
+    await first.execute("SELECT set_config('conveyor.pooler_probe', %s, false)", [token])
+    try:
+        second = await psycopg.AsyncConnection.connect(url, **connect_kwargs(config))
+    except psycopg.Error:
+        return False
+    try:
+        cur = await second.execute(
+            "SELECT current_setting('conveyor.pooler_probe', true),"
+            " set_config('conveyor.pooler_probe', '', false)")
+        row = await cur.fetchone()
+        return row is not None and row[0] == token
+    finally:
+        await second.close()
+
+
+def pooler_detected_message(where: str, poll_interval: float) -> str:
+    """The one warning a storage logs when it finds a transaction pooler by itself."""
+    return (
+        f"{where} is behind a transaction pooler (PgBouncer pool_mode = transaction?) that "
+        f"the URL does not name: Conveyor turned off server-side prepared statements and "
+        f"LISTEN (workers poll every {poll_interval:.1f}s). Add ?{POOLER_OPTION}=transaction "
+        f"to the database URL to say so (and {LISTEN_OPTION} or {LISTEN_ENV} with a direct "
+        f"URL for instant wake-ups)"
+    )
+
+
 class Errors:
     """Turns driver errors into what operators read, never showing the password."""
 
     def __init__(self, url: str, pooled: bool = False) -> None:
         self.redacted = _redact(url)
-        self._pooled = pooled
+        self.pooled = pooled
 
     def where(self) -> str:
         return self.redacted[0] if self.redacted else "the database"
@@ -167,11 +222,13 @@ class Errors:
                 raise StorageFullError(
                     f"the database disk is full ({self.where()}): nothing was written"
                 ) from exc
+            if is_pooler_error(exc) and not self.pooled:
+                raise self.behind_pooler(exc) from exc
             if state is None or state.startswith("08") or state in _GONE_SQLSTATES:
                 raise self.unavailable(exc) from exc
             raise
         except psycopg.DatabaseError as exc:
-            if exc.sqlstate in _POOLER_SQLSTATES and not self._pooled:
+            if is_pooler_error(exc) and not self.pooled:
                 raise self.behind_pooler(exc) from exc
             raise
 
@@ -183,6 +240,19 @@ class Errors:
             f"{reason} (a transaction pooler such as PgBouncer in front of PostgreSQL? "
             f"add ?{POOLER_OPTION}=transaction to the database URL)"
         )
+
+
+def is_pooler_error(exc: BaseException) -> bool:
+    """A prepared statement that collides or vanishes: what a transaction pooler does."""
+    current: BaseException | None = exc
+    while current is not None:
+        if isinstance(current, psycopg.Error) and (
+                current.sqlstate in _POOLER_SQLSTATES or (
+                    current.sqlstate == _PROTOCOL_VIOLATION
+                    and "prepared statement" in str(current))):
+            return True
+        current = current.__cause__
+    return False
 
 
 def _redact(url: str) -> tuple[str, str | None] | None:

@@ -49,6 +49,15 @@ class Listener:
         self._task: asyncio.Task[None] | None = None
         self._warned = False
 
+    def use_pooler(self, config: PostgresConfig) -> None:
+        """The storage found a transaction pooler on ``url`` and said so: poll from now
+        on, unless a listen URL reaches PostgreSQL directly."""
+        self._config = config
+        with self._lock:
+            self._warned = True  # the storage's warning already named the fix
+        if self.polling:
+            self.stop()
+
     @property
     def polling(self) -> bool:
         """True when no LISTEN runs: behind a transaction pooler with no listen URL."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -30,9 +32,23 @@ from ..job_types import (
 from ..schema import DbHealth, DbHealthParams, MigrateParams, Migration, pending_migrations
 from ..wake import WakeCallback, WakeHub
 from . import schema
-from .connection import Errors, PostgresConfig, configure, connect_kwargs, prepare_threshold
+from .connection import (
+    Errors,
+    PostgresConfig,
+    configure,
+    connect_kwargs,
+    is_pooler_error,
+    pooler_detected_message,
+    prepare_threshold,
+    server_hung_up,
+    shares_server_sessions,
+)
 from .listener import Listener, finished_channel
 
+log = logging.getLogger("conveyor.postgres")
+#: The redacted URLs this process has warned about finding a pooler on: once each, not
+#: once per storage (an app opens one per event loop).
+_POOLER_WARNED: set[str] = set()
 Conn = psycopg.AsyncConnection[DictRow]
 _CHANNEL = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 #: Hot statements (claim, ack, heartbeat) are prepared after this many uses.
@@ -78,18 +94,44 @@ class PostgresPools(CompositionStorage):
         #: Per pool, the sum of its ``_FAILURE_STATS`` when it last handed one out.
         self._failed_seen: dict[str, int] = {}
         self._reserved: AsyncConnectionPool[Conn] | None = None
-        blocking_kwargs = {**connect_kwargs(config), "prepare_threshold": prepare_threshold(config, 1)}
         self._blocking: FreeList[psycopg.Connection[Any]] = FreeList(
-            lambda: psycopg.connect(config.url, **blocking_kwargs),
+            self._connect_blocking,
             lambda conn: conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE,
             config.max_size,
-            lambda: psycopg.OperationalError("no free connection for the sync enqueue"))
+            lambda: psycopg.OperationalError("no free connection for the sync enqueue"),
+            fresh=self._fresh_blocking)
         self._listener = Listener(config, hub, self._errors)
         self._finished_channel = finished_channel(config.channel)
         self._finish_listener = Listener(config, hub.finished, self._errors,
                                          self._finished_channel)
 
     # -- connections and what BaseStorage asks for -----------------------------------------
+
+    def _connect_blocking(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self._config.url, **{
+            **connect_kwargs(self._config),
+            "prepare_threshold": prepare_threshold(self._config, 1)})
+
+    def _fresh_blocking(self, conn: psycopg.Connection[Any]) -> bool:
+        """A free sync connection is fit for use: the server has not hung up on it
+        (restart, failover), and it no longer prepares once a pooler was found."""
+        if self._config.pooled:
+            conn.prepare_threshold = None
+        return not server_hung_up(conn)
+
+    def _use_pooler_mode(self) -> None:
+        """A transaction pooler the URL does not name was found: from now on nothing
+        outlives a transaction (no prepared statements, no LISTEN), said once."""
+        if self._config.pooled:
+            return
+        self._config = dataclasses.replace(self._config, pooler="transaction")
+        self._errors.pooled = True
+        for listener in (self._listener, self._finish_listener):
+            listener.use_pooler(self._config)
+        where = self._errors.where()
+        if where not in _POOLER_WARNED:
+            _POOLER_WARNED.add(where)
+            log.warning("%s", pooler_detected_message(where, self._config.poll_interval))
 
     @contextlib.asynccontextmanager
     async def _conn(self, reserved: bool = False) -> AsyncIterator[Conn]:
@@ -101,10 +143,37 @@ class PostgresPools(CompositionStorage):
         # Since the pool last handed out a connection, one broke or an attempt to
         # connect failed, and none is idle: the server is likely gone, answer soon.
         down = failed > self._failed_seen.get(pool.name, 0) and not stats["pool_available"]
-        with self._errors.translate():
-            async with pool.connection(_DOWN_WAIT if down else None) as conn:
-                self._failed_seen[pool.name] = failed
-                yield conn
+        try:
+            with self._errors.translate():
+                for first in (True, False):
+                    async with pool.connection(_DOWN_WAIT if down else None) as conn:
+                        self._failed_seen[pool.name] = failed
+                        if first and not await self._usable(pool, conn):
+                            continue  # a stale one: the pool now holds fresh ones
+                        if self._config.pooled:
+                            conn.prepare_threshold = None
+                        yield conn
+                        return
+        except DatabaseUnavailableError as exc:
+            if is_pooler_error(exc):
+                self._use_pooler_mode()
+            raise
+
+    @staticmethod
+    async def _usable(pool: AsyncConnectionPool[Conn], conn: Conn) -> bool:
+        """False for an idle connection the server hung up on (a restart or failover):
+        it is closed, and so is every other such idle one (``pool.check``), so that the
+        statement runs on a fresh connection instead of failing. The common case is one
+        poll of the socket, no round trip."""
+        if not server_hung_up(conn):
+            return True
+        try:
+            await pool.check_connection(conn)  # something else to read: try it
+            return True
+        except psycopg.Error:
+            await conn.close()  # the pool replaces it when it comes back
+            await pool.check()
+            return False
 
     @contextlib.asynccontextmanager
     async def _transaction(self, reserved: bool = False) -> AsyncIterator[Conn]:
@@ -121,6 +190,17 @@ class PostgresPools(CompositionStorage):
         if conn is not None:
             cur = await conn.execute(self._q[name], values, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
+        try:
+            return await self._fetch_pooled(name, values, prepare)
+        except DatabaseUnavailableError as exc:
+            if not is_pooler_error(exc):
+                raise
+        # A transaction pooler refused a prepared statement before running it (``_conn``
+        # has switched to the pooler mode): run it again, unprepared.
+        return await self._fetch_pooled(name, values, False)
+
+    async def _fetch_pooled(self, name: str, values: Mapping[str, Any],
+                            prepare: bool | None) -> list[DictRow]:
         async with self._conn(reserved=name in _RESERVED) as pooled:
             cur = await pooled.execute(self._q[name], values, prepare=prepare)
             return await cur.fetchall() if cur.description is not None else []
@@ -189,7 +269,14 @@ class PostgresPools(CompositionStorage):
                 self._config.url, **connect_kwargs(self._config))
         except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:  # down, bad URL
             raise self._errors.unavailable(exc) from (exc if self._errors.redacted else None)
-        await probe.close()
+        try:
+            if not self._config.pooled and await shares_server_sessions(
+                    probe, self._config.url, self._config):
+                self._use_pooler_mode()
+        except psycopg.Error:
+            pass  # the probe is a courtesy: the pooler's own errors switch modes too
+        finally:
+            await probe.close()
         pool = self._new_pool("conveyor", self._config.min_size, self._config.max_size)
         try:
             with self._errors.translate():

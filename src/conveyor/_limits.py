@@ -11,7 +11,7 @@ from typing import Any
 
 from ._job import ACTIVE_STATES, JobState
 
-_RATE = re.compile(r"^\s*(\d+)\s*/\s*(\d*)\s*(s|sec|second|m|min|minute|h|hour|d|day)s?\s*$")
+_RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*(s|sec|second|m|min|minute|h|hour|d|day)s?\s*")
 _UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
           "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 DEFAULT_UNIQUE_STATES = tuple(s.value for s in ACTIVE_STATES)
@@ -21,7 +21,7 @@ KeyFunc = Callable[..., Any]
 
 def parse_rate(text: str) -> tuple[int, float]:
     """"100/m" -> (100, 60.0); also "10/s", "5/2s", "1000/hour"."""
-    match = _RATE.match(text) if isinstance(text, str) else None
+    match = _RATE.fullmatch(text) if isinstance(text, str) else None
     if not match or int(match[1]) < 1:
         raise ValueError(f"invalid rate {text!r}: use COUNT/UNIT like '100/m', '10/s', '5/2s'")
     return int(match[1]), float(int(match[2] or 1) * _UNITS[match[3]])

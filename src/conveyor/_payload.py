@@ -12,9 +12,10 @@ from typing import Any
 from ._errors import PayloadTooLargeError
 from ._payload_types import DEFAULT_CODEC, TAG_TEXT, TypeCodec, Unstorable
 
-TASK_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
-TAG = re.compile(r"^[^\x00-\x1f]{1,100}$")
+# Names are checked with ``fullmatch``: ``$`` would let a trailing newline through.
+TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+TAG = re.compile(r"[^\x00-\x1f]{1,100}")
 MAX_ATTEMPTS_LIMIT = 10_000
 #: The furthest a job can be put off (delay=, run_at=, a snooze, a backoff): 100 years.
 MAX_DELAY_SECONDS = 100 * 365.25 * 86_400
@@ -74,7 +75,7 @@ _dumps_unchecked = _unchecked_encoder()
 
 
 def check_task_name(name: object) -> str:
-    if not isinstance(name, str) or not TASK_NAME.match(name):
+    if not isinstance(name, str) or not TASK_NAME.fullmatch(name):
         raise ValueError(
             f"invalid task name {name!r}: use letters, digits, '_', '.', ':' or '-', "
             "starting with a letter or '_', at most 200 characters"
@@ -88,7 +89,7 @@ def check_queue_name(name: object) -> str:
             "the queue name is empty: give a queue's name (e.g. queue=\"mail\"), "
             "or leave queue= out for the task's own queue"
         )
-    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+    if not isinstance(name, str) or not QUEUE_NAME.fullmatch(name):
         raise ValueError(
             f"invalid queue name {name!r}: use letters, digits, '_', '.' or '-', "
             "at most 100 characters"
@@ -145,7 +146,7 @@ def check_tags(tags: object) -> list[str]:
     if isinstance(tags, str) or not isinstance(tags, Sequence):
         raise TypeError(f"tags must be a list of strings, got {tags!r}")
     for tag in tags:
-        if not isinstance(tag, str) or not TAG.match(tag):
+        if not isinstance(tag, str) or not TAG.fullmatch(tag):
             raise ValueError(f"invalid tag {tag!r}: 1 to 100 printable characters")
     return list(tags)
 

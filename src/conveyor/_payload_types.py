@@ -47,7 +47,7 @@ TAG = "__conveyor__"
 TAG_TEXT = f'"{TAG}"'
 BUILTIN_TAGS = frozenset({"datetime", "date", "time", "timedelta", "uuid", "decimal", "bytes",
                           "set", "frozenset", "dict", "encrypted"})
-TAG_NAME = re.compile(r"^[a-z][a-z0-9_.:-]{0,63}$")
+TAG_NAME = re.compile(r"[a-z][a-z0-9_.:-]{0,63}")  # fullmatch: no trailing newline
 MAX_DEPTH = 200
 
 
@@ -151,7 +151,7 @@ class TypeCodec:
         if not callable(encode) or not callable(decode):
             raise TypeError("register_type needs encode and decode functions")
         tag = cls.__name__.lower() if tag is None else tag
-        if not isinstance(tag, str) or not TAG_NAME.match(tag):
+        if not isinstance(tag, str) or not TAG_NAME.fullmatch(tag):
             raise ValueError(f"invalid type tag {tag!r}: lowercase letters, digits, '_', '.', ':' "
                              "or '-', starting with a letter, at most 64 characters")
         if cls in _JSON_TYPES:

@@ -50,7 +50,7 @@ log = logging.getLogger("conveyor.postgres")
 #: once per storage (an app opens one per event loop).
 _POOLER_WARNED: set[str] = set()
 Conn = psycopg.AsyncConnection[DictRow]
-_CHANNEL = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # fullmatch: no trailing newline
 #: Hot statements (claim, ack, heartbeat) are prepared after this many uses.
 _PREPARE_THRESHOLD = 5
 #: Statements that use the reserved connections: a worker that cannot send them loses
@@ -83,7 +83,7 @@ class PostgresPools(CompositionStorage):
     unique_violation: ClassVar[type[Exception]] = psycopg.errors.UniqueViolation
 
     def __init__(self, config: PostgresConfig, hub: WakeHub) -> None:
-        if not _CHANNEL.match(config.channel):
+        if not _CHANNEL.fullmatch(config.channel):
             raise ValueError(f"channel must match {_CHANNEL.pattern}, got {config.channel!r}")
         if not 0 <= config.min_size <= config.max_size or config.max_size < 1:
             raise ValueError("need 0 <= min_size <= max_size and max_size >= 1")

@@ -10,6 +10,7 @@ from typing import Any
 from ._errors import JobNotFoundError
 from ._job import FINAL_STATES, Job, JobState
 from ._limits import RateLimit
+from ._redact import erase, secret_values
 from ._storage import (
     ConcurrencyHoldersParams,
     JobCountAheadParams,
@@ -52,7 +53,11 @@ def _in(now: datetime, at: datetime | None) -> str:
 
 
 def _last_error(job: Job) -> str:
-    return str(job.errors[-1].get("error", "")) if job.errors else "no error recorded"
+    """The last error, without the secrets of the job its code may have echoed."""
+    if not job.errors:
+        return "no error recorded"
+    secrets = secret_values([job.args, job.kwargs, job.meta, job.result])
+    return str(erase(str(job.errors[-1].get("error", "")), secrets))
 
 
 def _settled(job: Job, now: datetime) -> list[str] | None:

@@ -6,6 +6,7 @@ import click
 from rich.table import Table
 
 from .._app import Batch
+from .._redact import mask
 from ._base import CONTEXT, EPILOG, CliFailure, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import console, print_json, when
@@ -51,6 +52,6 @@ def batches_show(batch_id: int, as_json: bool, app_path: str | None, url: str | 
                     "on_complete": batch.on_complete, "on_discard": batch.on_discard,
                     "created_at": batch.created_at.isoformat(),
                     "finished_at": batch.finished_at.isoformat() if batch.finished_at else None,
-                    "meta": batch.meta})
+                    "meta": mask(batch.meta)})
     else:
         console().print(batch_table(batch))

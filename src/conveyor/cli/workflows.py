@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._app import WorkflowInfo
+from .._redact import redact_secrets
 from ._base import CONTEXT, EPILOG, CliFailure, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import console, print_json, state_text, when
@@ -48,7 +49,7 @@ def workflows_show(workflow_id: str, as_json: bool, app_path: str | None,
         raise CliFailure(f"no workflow with id {workflow_id}")
     if as_json:
         print_json({"id": info.id, "counts": info.counts, "finished": info.finished,
-                    "failed": info.failed, "jobs": [j.to_dict() for j in info.jobs],
+                    "failed": info.failed, "jobs": [redact_secrets(j).to_dict() for j in info.jobs],
                     "edges": [dataclasses.asdict(e) for e in info.edges]})
     else:
         console().print(workflow_table(info))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from .._app import Batch
 from .._app.reads import arguments_preview, last_error
 from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, Job, JobState
-from .._redact import Redactor
+from .._redact import Redactor, mask
 from ._graph import Graph, layout
 
 if TYPE_CHECKING:
@@ -125,6 +125,7 @@ async def batch_view(ops: Operations, batch_id: int, redact: Redactor, *,
     batch = await ops.get_batch(batch_id)
     if batch is None:
         return None
+    batch = dataclasses.replace(batch, meta=mask(batch.meta))
     more = len(jobs) > PAGE_SIZE
     jobs = jobs[:PAGE_SIZE]
     callbacks = []

@@ -20,7 +20,8 @@ BULK_ACTIONS = ("retry", "discard")
 
 async def failures(ctx: Context, request: Request) -> Response:
     query = JobQuery.parse(request.query_params)
-    groups = await reads.failure_groups(ctx.ops, query.queue or None, query.task or None)
+    groups = await reads.failure_groups(ctx.ops, query.queue or None, query.task or None,
+                                        ctx.settings.redact)
     return ctx.render(request, "failures.html", "/failures", groups=groups, query=query,
                       JobQuery=JobQuery)
 

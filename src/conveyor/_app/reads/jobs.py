@@ -204,10 +204,11 @@ async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetai
     if job is None:
         return None
     hosts = ({n.id: (n.hostname, n.pid) for n in await ops.nodes()} if job.ran_on else {})
+    shown = redact(job)  # the timeline and the attempts quote its errors
     return JobDetail(
-        redact(job), timeline(job), can_retry=job.state in RETRYABLE_FROM,
+        shown, timeline(shown), can_retry=job.state in RETRYABLE_FROM,
         can_cancel=job.state in (*DISCARDABLE_FROM, JobState.RUNNING) and not job.cancel_requested,
-        can_discard=job.state in DISCARDABLE_FROM, attempts=attempt_runs(job, hosts),
+        can_discard=job.state in DISCARDABLE_FROM, attempts=attempt_runs(shown, hosts),
         sealed=sealed_key(job.args, job.kwargs),
         can_delete=job.state is not JobState.RUNNING,
         why=await _why_waiting(ops, job), callback_of=await ops.callback_batch(job.id),

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..._job import ACTIVE_STATES, JobState
+from ..._redact import Redactor
 from ..._storage import DbHealth, FailureGroup, StateCount
 from ..control import ScheduleInfo
 from .series import Series, build_series, hour_window, per_queue
@@ -114,9 +115,21 @@ async def overview(ops: Operations) -> Overview:
     return Overview(totals(counts), series, await queues(ops, counts), alive, missing)
 
 
-async def failure_groups(ops: Operations, queue: str | None,
-                         task: str | None) -> list[FailureGroup]:
-    return await ops.failure_groups(queue, task)
+async def failure_groups(ops: Operations, queue: str | None, task: str | None,
+                         redact: Redactor) -> list[FailureGroup]:
+    """The groups, each error text as the redactor shows its last job's error (a secret
+    the task's code echoed into its message is erased)."""
+    return [await _shown_group(ops, group, redact)
+            for group in await ops.failure_groups(queue, task)]
+
+
+async def _shown_group(ops: Operations, group: FailureGroup, redact: Redactor) -> FailureGroup:
+    job = await ops.get_job(group.last_id)
+    if job is None:
+        return group
+    shown = redact(dataclasses.replace(job, errors=[{"error": group.error}]))
+    text = shown.errors[-1].get("error") if shown.errors else None
+    return group if text == group.error else dataclasses.replace(group, error=str(text))
 
 
 # -- schedules, workers, health, metrics --------------------------------------------------------

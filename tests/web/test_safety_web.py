@@ -102,7 +102,9 @@ def test_dashboard_command_takes_allowed_hosts_and_adds_the_bind_host() -> None:
     assert served_hosts("127.0.0.1", ()) == ()
     assert served_hosts("127.0.0.1", ("ops.example.com",)) == ("ops.example.com",)
     assert served_hosts("10.1.2.3", ("ops",)) == ("ops", "10.1.2.3")
-    assert served_hosts("0.0.0.0", ()) == ()
+    assert served_hosts("0.0.0.0", ()) == ("0.0.0.0",)  # the URL the command prints
+    assert served_hosts("127.0.0.2", ()) == ("127.0.0.2",)
+    assert served_hosts("[::1]", ()) == ()
     help_text = CliRunner().invoke(cli, ["dashboard", "-h"]).output
     assert "--allowed-host" in help_text and "--trusted-origin" in help_text
 

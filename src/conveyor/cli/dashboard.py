@@ -16,6 +16,7 @@ from ..web._settings import (
     ENV_TOKEN,
     ENV_TRUSTED_ORIGINS,
     ENV_USER,
+    LOOPBACK_HOSTS,
     auth_from_env,
     is_loopback,
     split_names,
@@ -24,8 +25,6 @@ from ._base import EPILOG, EXIT_USAGE, CliFailure, common_options, run_async
 from ._loading import open_app
 
 DEFAULT_PORT = 8787
-#: Bind addresses that name no host a browser could ask for.
-WILDCARDS = ("0.0.0.0", "::", "[::]", "")
 
 
 class ListenFailure(CliFailure):
@@ -58,10 +57,14 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def served_hosts(host: str, given: tuple[str, ...]) -> tuple[str, ...]:
-    """The Host names to serve: the configured ones and, off loopback, the bind host."""
+    """The Host names to serve: the configured ones and the bind address, so that the
+    URL the command prints answers (``--host 127.0.0.2`` is loopback, yet not one of
+    the names served by default). An address is no name a foreign site's DNS could
+    point here, so serving it opens nothing to DNS rebinding."""
     names = list(given) or list(split_names(os.environ.get(ENV_ALLOWED_HOSTS)))
-    if not is_loopback(host) and host not in WILDCARDS:
-        names.append(host)
+    bound = host.strip().strip("[]").lower()
+    if bound and bound not in LOOPBACK_HOSTS and bound not in names:
+        names.append(bound)
     return tuple(names)
 
 

@@ -38,7 +38,13 @@ class JobNotFoundError(ConveyorError, LookupError):
 
 
 class InvalidStateError(ConveyorError):
-    """The requested change does not apply to the job's current state."""
+    """The requested change does not apply to the job's current state. ``job`` is the
+    job as it was found (None when the refusal did not read it), so an interface can
+    say what state stood in the way."""
+
+    def __init__(self, message: str, job: Job | None = None) -> None:
+        super().__init__(message)
+        self.job = job
 
 
 class PayloadTooLargeError(ConveyorError, ValueError):

@@ -8,26 +8,20 @@ choke point (``_observed.py``) announces each state change as the operator's.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from ._errors import JobNotFoundError
-from ._job import DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
+from ._app import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
+from ._job import Job, JobState
 from ._storage import (
     DbHealth,
     DbHealthParams,
     DepthPoint,
     FailureGroup,
-    JobBulkParams,
-    JobCancelParams,
     JobCountByQueueParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
     JobFilter,
-    JobGetParams,
-    JobRetryParams,
     JobSearchParams,
     LeaderRow,
     MetricPoint,
@@ -47,44 +41,6 @@ if TYPE_CHECKING:
 
     from ._app import Conveyor
     from ._app.composition import Batch, WorkflowInfo
-
-
-#: What a bulk action changes when its filter names no state: failed jobs (and for a
-#: retry, discarded and cancelled ones). Never completed jobs unless named: re-running
-#: them would re-send every email and re-charge every card.
-BULK_DEFAULT_STATES: dict[str, tuple[JobState, ...]] = {
-    "retry": (JobState.RETRYABLE, JobState.DISCARDED, JobState.CANCELLED),
-    "discard": (JobState.RETRYABLE,),
-}
-#: The states each bulk action may change at all, when named in the filter.
-BULK_ALLOWED_STATES: dict[str, tuple[JobState, ...]] = {
-    "retry": RETRYABLE_FROM, "discard": DISCARDABLE_FROM,
-}
-#: "Cancel workflow" repeats at most this many rounds (each settles what the last released).
-CANCEL_ROUNDS = 5
-
-
-def bulk_states(action: str, named: tuple[JobState, ...]) -> tuple[JobState, ...]:
-    """The states a bulk ``action`` ("retry" or "discard") changes for a filter naming
-    ``named`` (empty: none named): the defaults, or the named ones it may change (maybe
-    none at all)."""
-    if not named:
-        return BULK_DEFAULT_STATES[action]
-    return tuple(s for s in named if s in BULK_ALLOWED_STATES[action])
-
-
-def bulk_filter(action: str, flt: JobFilter) -> JobFilter | None:
-    """``flt`` narrowed to the states ``action`` changes; None when it changes nothing."""
-    states = bulk_states(action, flt.states)
-    return dataclasses.replace(flt, states=states) if states else None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobAction:
-    """A single-job action: the job before it, and after (None: not allowed in its state)."""
-
-    before: Job
-    after: Job | None
 
 
 class Operations:
@@ -183,55 +139,39 @@ class Operations:
         storage = await self.app.storage()
         return await storage.job_failure_groups(JobFailureGroupsParams(queue=queue, task=task))
 
-    # -- one job ------------------------------------------------------------------------------
+    # -- actions: each written once in the app, attributed to ``source`` ----------------------
 
-    async def retry_job(self, job_id: int) -> JobAction:
-        """Back in its queue now, with one more attempt (``after`` None: not allowed)."""
-        storage = await self.app.storage_for(self.source)
-        return await self._one(job_id, lambda: storage.job_retry(JobRetryParams(job_id)))
+    async def retry_job(self, job_id: int) -> Job:
+        """Back in its queue now, with one more attempt (``app.retry_job_async``)."""
+        return await self.app.retry_job_async(job_id, source=self.source)
 
-    async def cancel_job(self, job_id: int) -> JobAction:
+    async def cancel_job(self, job_id: int) -> Job:
         """Cancelled at once if waiting; a running job is stopped by its worker."""
-        storage = await self.app.storage_for(self.source)
-        return await self._one(job_id, lambda: storage.job_cancel(JobCancelParams(job_id)))
+        return await self.app.cancel_job_async(job_id, source=self.source)
 
-    async def discard_job(self, job_id: int) -> JobAction:
+    async def discard_job(self, job_id: int) -> Job:
         """Discarded now, if it is waiting."""
-        before = await self._before(job_id)
-        changed = await self._matching("discard", JobFilter(ids=(job_id,)), 1)
-        return JobAction(before, before if changed else None)
+        return await self.app.discard_job_async(job_id, source=self.source)
 
-    async def delete_job(self, job_id: int) -> JobAction:
-        """Its row deleted now, unless it is running (``after`` None: cancel it first);
-        ``after`` is the row as it was."""
-        storage = await self.app.storage_for(self.source)
-        return await self._one(job_id, lambda: storage.job_delete(job_id))
-
-    async def _before(self, job_id: int) -> Job:
-        storage = await self.app.storage()
-        before = await storage.job_get(JobGetParams(job_id))
-        if before is None:
-            raise JobNotFoundError(f"no job with id {job_id}")
-        return before
-
-    async def _one(self, job_id: int, change: Callable[[], Awaitable[Job | None]]) -> JobAction:
-        before = await self._before(job_id)
-        return JobAction(before, await change())
-
-    # -- many jobs ----------------------------------------------------------------------------
+    async def delete_job(self, job_id: int) -> Job:
+        """Its row deleted now, unless it is running (cancel it first); the row as it was."""
+        return await self.app.delete_job_async(job_id, source=self.source)
 
     async def retry_matching(self, flt: JobFilter, limit: int) -> int:
-        """Retry every job matching ``flt``, at most ``limit``; how many were retried.
-        Only the states of ``bulk_states("retry", flt.states)``: without a state in
-        the filter, failed, discarded and cancelled jobs, never completed ones."""
-        narrowed = bulk_filter("retry", flt)
-        return await self._matching("retry", narrowed, limit) if narrowed else 0
+        """``app.retry_matching_async``: how many were retried."""
+        return await self.app.retry_matching_async(flt, limit=limit, source=self.source)
 
     async def discard_matching(self, flt: JobFilter, limit: int) -> int:
-        """Discard every waiting job matching ``flt``, at most ``limit``: without a
-        state in the filter, only retryable (failed) ones."""
-        narrowed = bulk_filter("discard", flt)
-        return await self._matching("discard", narrowed, limit) if narrowed else 0
+        """``app.discard_matching_async``: how many were discarded."""
+        return await self.app.discard_matching_async(flt, limit=limit, source=self.source)
+
+    async def cancel_workflow(self, workflow_id: str) -> int:
+        """``app.cancel_workflow_async``: how many jobs were cancelled."""
+        return await self.app.cancel_workflow_async(workflow_id, source=self.source)
+
+    async def trigger_schedule(self, name: str) -> Job:
+        """Enqueue schedule ``name``'s job now, outside its ticks."""
+        return await self.app.trigger_schedule_async(name, source=self.source)
 
     async def count_bulk(self, action: str, flt: JobFilter,
                          cap: int) -> list[tuple[JobState, int]]:
@@ -240,13 +180,6 @@ class Operations:
         return [(state, await self.count_matching(dataclasses.replace(flt, states=(state,)),
                                                   cap))
                 for state in bulk_states(action, flt.states)]
-
-    async def _matching(self, action: str, flt: JobFilter, limit: int) -> int:
-        storage = await self.app.storage_for(self.source)
-        params = JobBulkParams(flt, limit=limit)
-        if action == "retry":
-            return len(await storage.job_retry_matching(params))
-        return len(await storage.job_discard_matching(params))
 
     # -- workflows and batches ------------------------------------------------------------------
 
@@ -264,34 +197,6 @@ class Operations:
         """The batch whose callback this job is, if it is one."""
         return await (await self.app.storage()).batch_waited_on(job_id)
 
-    async def cancel_workflow(self, workflow_id: str) -> int:
-        """Cancel every job of the workflow that is not final yet; how many were changed.
 
-        The jobs that could run (waiting, running) go first, so the database's cascade
-        settles most ``pending`` dependents by itself. Cancelling a dependency releases
-        a dependent whose edge says "run", so more rounds follow until one finds nothing
-        left to cancel."""
-        changed = 0
-        for round_ in range(CANCEL_ROUNDS):
-            info = await self.get_workflow(workflow_id)
-            targets = [j for j in (info.jobs if info is not None else [])
-                       if not j.state.is_final and not j.cancel_requested
-                       and (round_ > 0 or j.state is not JobState.PENDING)]
-            done = 0
-            for job in targets:
-                with contextlib.suppress(JobNotFoundError):  # deleted meanwhile
-                    done += (await self.cancel_job(job.id)).after is not None
-            changed += done
-            if round_ > 0 and not done:
-                break
-        return changed
-
-    # -- schedules ------------------------------------------------------------------------------
-
-    async def trigger_schedule(self, name: str) -> Job:
-        """Enqueue schedule ``name``'s job now, outside its ticks."""
-        return await self.app.trigger_schedule_as(name, self.source)
-
-
-__all__ = ["BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "CANCEL_ROUNDS", "JobAction",
-           "Operations", "bulk_filter", "bulk_states"]
+__all__ = ["BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "Operations", "bulk_filter",
+           "bulk_states"]

@@ -2,9 +2,9 @@
 
 One chain of classes, each with real methods: ``AppBase`` (definitions, storage,
 the sync bridge) <- ``JobsApp`` (enqueue, jobs, workers) <- ``ControlApp`` (schedules,
-queues, cluster) <- ``MaintenanceApp`` (discard, delete, purge, prune and rescue
-now) <- ``TestingApp`` (inline mode and drain, for the testing toolkit) <- ``Conveyor``
-(the sync twins, one line each).
+queues, cluster) <- ``MaintenanceApp`` (discard, delete, purge, bulk actions, prune and
+rescue now) <- ``TestingApp`` (inline mode and drain, for the testing toolkit) <-
+``Conveyor`` (the sync twins, one line each).
 
 The records of storage that the interfaces read (a job filter, counts, health, metric
 points) are re-exported here, so an interface never imports ``conveyor._storage``.
@@ -26,8 +26,10 @@ from .._storage import (
 from .app import Conveyor
 from .composition import Batch, Dependency, WorkflowEdge, WorkflowInfo, WorkflowRun
 from .control import QueueInfo, ScheduleInfo, ScheduleNotFoundError
+from .maintenance import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
 
-__all__ = ["Batch", "Conveyor", "DbHealth", "Dependency", "DepthPoint", "FailureGroup",
-           "JobFilter", "LeaderRow", "MetricPoint", "MetricTotal", "Migration", "NodeRow",
-           "QueueInfo", "QueueRow", "ScheduleInfo", "ScheduleNotFoundError", "StateCount",
-           "WorkflowEdge", "WorkflowInfo", "WorkflowRun"]
+__all__ = ["BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "Batch", "Conveyor", "DbHealth",
+           "Dependency", "DepthPoint", "FailureGroup", "JobFilter", "LeaderRow", "MetricPoint",
+           "MetricTotal", "Migration", "NodeRow", "QueueInfo", "QueueRow", "ScheduleInfo",
+           "ScheduleNotFoundError", "StateCount", "WorkflowEdge", "WorkflowInfo", "WorkflowRun",
+           "bulk_filter", "bulk_states"]

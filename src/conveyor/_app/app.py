@@ -9,7 +9,7 @@ from typing import Any
 
 from .._explain import Explanation
 from .._job import Job, JobState
-from .._storage import LeaderRow, Migration, NodeRow
+from .._storage import JobFilter, LeaderRow, Migration, NodeRow
 from .._task import JobSpec
 from .._workflow import Chain, Chord, Group, Workflow
 from .composition import Batch, Dependency, WorkflowInfo, WorkflowRun
@@ -54,11 +54,13 @@ class Conveyor(TestingApp):
         """Example: ``app.wait_job(42, timeout=60).result``"""
         return self._sync(self.wait_job_async(job_id, timeout))
 
-    def retry_job(self, job_id: int) -> Job:
-        return self._sync(self.retry_job_async(job_id))
+    def retry_job(self, job_id: int, *, source: str = "api") -> Job:
+        """Example: ``app.retry_job(42)`` (``InvalidStateError`` if it cannot be)"""
+        return self._sync(self.retry_job_async(job_id, source=source))
 
-    def cancel_job(self, job_id: int) -> Job:
-        return self._sync(self.cancel_job_async(job_id))
+    def cancel_job(self, job_id: int, *, source: str = "api") -> Job:
+        """Example: ``app.cancel_job(42)``"""
+        return self._sync(self.cancel_job_async(job_id, source=source))
 
     def count_jobs(self, *, queue: str | None = None) -> dict[str, int]:
         return self._sync(self.count_jobs_async(queue=queue))
@@ -126,8 +128,8 @@ class Conveyor(TestingApp):
     def resume_schedule(self, name: str) -> None:
         self._sync(self.resume_schedule_async(name))
 
-    def trigger_schedule(self, name: str) -> Job:
-        return self._sync(self.trigger_schedule_async(name))
+    def trigger_schedule(self, name: str, *, source: str = "api") -> Job:
+        return self._sync(self.trigger_schedule_async(name, source=source))
 
     def remove_schedule(self, name: str) -> None:
         self._sync(self.remove_schedule_async(name))
@@ -173,25 +175,38 @@ class Conveyor(TestingApp):
 
     # -- one-off maintenance (the async core is in maintenance.py) --------------------------
 
-    def discard_job(self, job_id: int, *, reason: str | None = None) -> Job:
+    def discard_job(self, job_id: int, *, reason: str | None = None,
+                    source: str = "api") -> Job:
         """Example: ``app.discard_job(42, reason="customer left")``"""
-        return self._sync(self.discard_job_async(job_id, reason=reason))
+        return self._sync(self.discard_job_async(job_id, reason=reason, source=source))
 
-    def delete_job(self, job_id: int, *, force: bool = False) -> Job:
+    def delete_job(self, job_id: int, *, force: bool = False, source: str = "api") -> Job:
         """Example: ``app.delete_job(42)`` (returns the job as it was)"""
-        return self._sync(self.delete_job_async(job_id, force=force))
+        return self._sync(self.delete_job_async(job_id, force=force, source=source))
+
+    def retry_matching(self, flt: JobFilter, *, limit: int, source: str = "api") -> int:
+        """Example: ``app.retry_matching(JobFilter(queue="mail"), limit=1000)``"""
+        return self._sync(self.retry_matching_async(flt, limit=limit, source=source))
+
+    def discard_matching(self, flt: JobFilter, *, limit: int, source: str = "api") -> int:
+        """Example: ``app.discard_matching(JobFilter(task="sync"), limit=1000)``"""
+        return self._sync(self.discard_matching_async(flt, limit=limit, source=source))
+
+    def cancel_workflow(self, workflow_id: str, *, source: str = "api") -> int:
+        """Example: ``app.cancel_workflow(run.id)`` (how many jobs were cancelled)"""
+        return self._sync(self.cancel_workflow_async(workflow_id, source=source))
 
     def purge_jobs(
         self, *, states: Sequence[JobState | str] | JobState | str | None = None,
         queue: str | None = None, task: str | None = None,
         older_than: float | timedelta | None = None, dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH, on_count: OnCount | None = None,
-        on_progress: OnProgress | None = None,
+        on_progress: OnProgress | None = None, source: str = "api",
     ) -> int:
         """Example: ``app.purge_jobs(states="discarded", older_than=timedelta(days=30))``"""
         return self._sync(self.purge_jobs_async(
             states=states, queue=queue, task=task, older_than=older_than, dry_run=dry_run,
-            batch_size=batch_size, on_count=on_count, on_progress=on_progress))
+            batch_size=batch_size, on_count=on_count, on_progress=on_progress, source=source))
 
     def prune_now(self, *, completed_retention: float | timedelta | None = None,
                   discarded_retention: float | timedelta | None = None,

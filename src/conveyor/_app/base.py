@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import re
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
@@ -20,6 +21,8 @@ from .._registry import AppRegistry
 from .._storage import MigrateParams, Migration, Storage, WakeHub, create_storage
 
 T = TypeVar("T")
+#: Who asked for a change, as a state-change event names it.
+SOURCE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
 class AppBase:
@@ -75,8 +78,9 @@ class AppBase:
         return await self._observed()
 
     async def storage_for(self, source: str) -> Storage:
-        """The same storage, its writes attributed to ``source`` (e.g. "dashboard")."""
-        return (await self._observed()).with_source(source)
+        """The same storage, its writes attributed to ``source`` (e.g. "dashboard"): a
+        short name (letters, digits, ``_.:-``), as every operator action takes it."""
+        return (await self._observed()).with_source(check_source(source))
 
     async def _observed(self) -> ObservedStorage:
         loop = asyncio.get_running_loop()
@@ -196,6 +200,14 @@ class AppBase:
         Example: ``app.on_state_change(lambda c: print(c.job_id, c.state))``
         """
         return self.hooks.add_listener(listener)
+
+
+def check_source(source: object) -> str:
+    """An event source as the actions take it: who asked, named in every state change
+    (``"api"``, ``"cli"``, ``"dashboard"``, ``"django"``, or the caller's own)."""
+    if not isinstance(source, str) or not SOURCE.fullmatch(source):
+        raise ValueError(f"source must be 1 to 64 letters, digits or _.:- , got {source!r}")
+    return source
 
 
 def _close_elsewhere(storage: ObservedStorage) -> None:

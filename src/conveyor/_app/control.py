@@ -129,12 +129,9 @@ class ControlApp(CompositionApp):
         if not await (await self.storage()).schedule_set_paused(ScheduleSetPausedParams(name, False)):
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
 
-    async def trigger_schedule_async(self, name: str) -> Job:
-        """Run a schedule's job now, outside its ticks."""
-        return await self.trigger_schedule_as(name, "api")
-
-    async def trigger_schedule_as(self, name: str, source: str) -> Job:
-        """``trigger_schedule_async``, its enqueue attributed to ``source`` (the dashboard)."""
+    async def trigger_schedule_async(self, name: str, *, source: str = "api") -> Job:
+        """Run a schedule's job now, outside its ticks; its enqueue event names
+        ``source`` (who asked: ``"api"``, ``"cli"``, ``"dashboard"``, ...)."""
         row = await self._schedule(name)
         insert = schedule_insert(self.tasks, self.config.max_payload_bytes, row, None, None)
         storage = await self.storage_for(source)

@@ -10,17 +10,17 @@ deletes a running job.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
-from typing import NoReturn
 
 from .. import _payload
 from .._config import WorkerConfig
 from .._errors import InvalidStateError, JobNotFoundError
-from .._job import DISCARDABLE_FROM, Job, JobState
+from .._job import DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
 from .._runtime.pruner import plan_passes, prune_passes
 from .._storage import (
     JobBulkParams,
@@ -29,10 +29,9 @@ from .._storage import (
     JobPruneParams,
     JobPurgeParams,
     JobRescueExpiredParams,
-    Storage,
 )
 from .control import ControlApp
-from .jobs import _check_id
+from .jobs import _check_id, refuse
 
 #: What a purge deletes when no state is named: finished jobs only. Waiting jobs are
 #: work not done yet, and are deleted only when their state is named.
@@ -44,6 +43,20 @@ DEFAULT_BATCH = 1000
 MAX_BATCH = 10_000
 #: The longest operator reason kept in a discarded job's error entry.
 MAX_REASON = 1000
+
+#: What a bulk action changes when its filter names no state: failed jobs (and for a
+#: retry, discarded and cancelled ones). Never completed jobs unless named: re-running
+#: them would re-send every email and re-charge every card.
+BULK_DEFAULT_STATES: dict[str, tuple[JobState, ...]] = {
+    "retry": (JobState.RETRYABLE, JobState.DISCARDED, JobState.CANCELLED),
+    "discard": (JobState.RETRYABLE,),
+}
+#: The states each bulk action may change at all, when named in the filter.
+BULK_ALLOWED_STATES: dict[str, tuple[JobState, ...]] = {
+    "retry": RETRYABLE_FROM, "discard": DISCARDABLE_FROM,
+}
+#: "Cancel workflow" repeats at most this many rounds (each settles what the last released).
+CANCEL_ROUNDS = 5
 
 #: ``on_count(counts)``: the jobs a purge matches, per state, before anything is
 #: deleted; returning False stops the purge there (nothing deleted).
@@ -57,37 +70,40 @@ class MaintenanceApp(ControlApp):
 
     # -- one job --------------------------------------------------------------------------
 
-    async def discard_job_async(self, job_id: int, *, reason: str | None = None) -> Job:
+    async def discard_job_async(self, job_id: int, *, reason: str | None = None,
+                                source: str = "api") -> Job:
         """End a waiting (scheduled, available or retryable) job as discarded, with an
         error entry that says an operator did it. A running job is refused: cancel it
-        (``cancel_job``) and its worker stops it."""
+        (``cancel_job``) and its worker stops it. ``source`` and errors as for
+        ``retry_job_async``."""
         _check_id(job_id)
         text = "discarded by an operator"
         if reason is not None:
             if not isinstance(reason, str):
                 raise TypeError(f"reason must be a str, got {type(reason).__name__}")
             text += f": {reason[:MAX_REASON]}"
-        storage = await self.storage()
+        storage = await self.storage_for(source)
         params = JobBulkParams(JobFilter(ids=(job_id,)), limit=1,
                                error_json=json.dumps({"error": text}))
         if not await storage.job_discard_matching(params):
-            await _refuse(storage, job_id, "discarded", DISCARDABLE_FROM)
+            await refuse(storage, job_id, "discarded", DISCARDABLE_FROM)
         job = await storage.job_get(JobGetParams(job_id))
         if job is None:  # deleted right after the discard
             raise JobNotFoundError(f"no job with id {job_id}")
         return self._bound([job])[0]
 
-    async def delete_job_async(self, job_id: int, *, force: bool = False) -> Job:
+    async def delete_job_async(self, job_id: int, *, force: bool = False,
+                               source: str = "api") -> Job:
         """Delete a job's row, whatever its state; returns the job as it was. A running
         job is refused unless ``force``: then its worker's outcome matches no row and
         its next heartbeat stops the handler (it may still finish what it was doing)."""
         _check_id(job_id)
         if not isinstance(force, bool):
             raise TypeError("force must be a bool")
-        storage = await self.storage()
+        storage = await self.storage_for(source)
         job = await storage.job_delete(job_id, force=force)
         if job is None:
-            await _refuse(storage, job_id, "deleted", PURGEABLE_STATES)
+            await refuse(storage, job_id, "deleted", PURGEABLE_STATES)
         return job
 
     # -- many jobs ------------------------------------------------------------------------
@@ -97,7 +113,7 @@ class MaintenanceApp(ControlApp):
         queue: str | None = None, task: str | None = None,
         older_than: float | timedelta | None = None, dry_run: bool = False,
         batch_size: int = DEFAULT_BATCH, on_count: OnCount | None = None,
-        on_progress: OnProgress | None = None,
+        on_progress: OnProgress | None = None, source: str = "api",
     ) -> int:
         """Delete every job matching the filter, ``batch_size`` per transaction; how many
         were deleted (with ``dry_run``: how many would be, nothing deleted).
@@ -116,7 +132,7 @@ class MaintenanceApp(ControlApp):
             _purge_states(states), _name(queue, _payload.check_queue_name),
             _name(task, _payload.check_task_name), _seconds(older_than, "older_than"),
             limit=_batch(batch_size))
-        storage = await self.storage()
+        storage = await self.storage_for(source)
         count = await storage.job_purge_count(params)
         counts = {s.value: n for s, n in sorted(count.counts.items()) if n}
         if on_count is not None:
@@ -139,6 +155,52 @@ class MaintenanceApp(ControlApp):
             if on_progress is not None:
                 on_progress(deleted, count.total)
         return deleted
+
+    async def retry_matching_async(self, flt: JobFilter, *, limit: int,
+                                   source: str = "api") -> int:
+        """Retry every job matching ``flt``, at most ``limit``; how many were retried.
+        Only the states of ``bulk_states("retry", flt.states)``: without a state in
+        the filter, failed, discarded and cancelled jobs, never completed ones."""
+        narrowed = bulk_filter("retry", flt)
+        if narrowed is None:
+            return 0
+        storage = await self.storage_for(source)
+        return len(await storage.job_retry_matching(JobBulkParams(narrowed, _limit(limit))))
+
+    async def discard_matching_async(self, flt: JobFilter, *, limit: int,
+                                     source: str = "api") -> int:
+        """Discard every waiting job matching ``flt``, at most ``limit``: without a
+        state in the filter, only retryable (failed) ones; how many were discarded."""
+        narrowed = bulk_filter("discard", flt)
+        if narrowed is None:
+            return 0
+        storage = await self.storage_for(source)
+        return len(await storage.job_discard_matching(JobBulkParams(narrowed, _limit(limit))))
+
+    async def cancel_workflow_async(self, workflow_id: str, *, source: str = "api") -> int:
+        """Cancel every job of the workflow that is not final yet; how many were changed
+        (an unknown workflow: 0, nothing changed).
+
+        The jobs that could run (waiting, running) go first, so the database's cascade
+        settles most ``pending`` dependents by itself. Cancelling a dependency releases
+        a dependent whose edge says "run", so more rounds follow until one finds nothing
+        left to cancel."""
+        changed = 0
+        for round_ in range(CANCEL_ROUNDS):
+            info = await self.get_workflow_async(workflow_id)
+            targets = [j for j in (info.jobs if info is not None else [])
+                       if not j.state.is_final and not j.cancel_requested
+                       and (round_ > 0 or j.state is not JobState.PENDING)]
+            done = 0
+            for job in targets:
+                # deleted or finished meanwhile: nothing to cancel
+                with contextlib.suppress(JobNotFoundError, InvalidStateError):
+                    await self.cancel_job_async(job.id, source=source)
+                    done += 1
+            changed += done
+            if round_ > 0 and not done:
+                break
+        return changed
 
     # -- the services, now ------------------------------------------------------------------
 
@@ -188,22 +250,6 @@ class MaintenanceApp(ControlApp):
         return [j for j in jobs if j is not None]
 
 
-async def _refuse(storage: Storage, job_id: int, verb: str,
-                  allowed: Sequence[JobState]) -> NoReturn:
-    """Why a discard or delete changed nothing: no such job, or its state."""
-    job = await storage.job_get(JobGetParams(job_id))
-    if job is None:
-        raise JobNotFoundError(f"no job with id {job_id}")
-    if job.state is JobState.RUNNING:
-        hint = "cancel it first (its worker stops it)"
-        if verb == "deleted":
-            hint += ", or delete it with force"
-        raise InvalidStateError(f"job {job_id} is running and cannot be {verb}: {hint}")
-    if job.state not in allowed:
-        raise InvalidStateError(f"job {job_id} is {job.state.value} and cannot be {verb}")
-    raise InvalidStateError(f"job {job_id} changed while being {verb}; try again")
-
-
 def _purge_states(states: Sequence[JobState | str] | JobState | str | None
                   ) -> tuple[JobState, ...]:
     if states is None:
@@ -226,6 +272,27 @@ def _purge_states(states: Sequence[JobState | str] | JobState | str | None
         if value not in found:
             found.append(value)
     return tuple(found)
+
+
+def bulk_states(action: str, named: tuple[JobState, ...]) -> tuple[JobState, ...]:
+    """The states a bulk ``action`` ("retry" or "discard") changes for a filter naming
+    ``named`` (empty: none named): the defaults, or the named ones it may change (maybe
+    none at all)."""
+    if not named:
+        return BULK_DEFAULT_STATES[action]
+    return tuple(s for s in named if s in BULK_ALLOWED_STATES[action])
+
+
+def bulk_filter(action: str, flt: JobFilter) -> JobFilter | None:
+    """``flt`` narrowed to the states ``action`` changes; None when it changes nothing."""
+    states = bulk_states(action, flt.states)
+    return dataclasses.replace(flt, states=states) if states else None
+
+
+def _limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be an int >= 1, got {limit!r}")
+    return limit
 
 
 def _name(value: str | None, check: Callable[[str], str]) -> str | None:
@@ -256,4 +323,5 @@ def _batch(size: int) -> int:
     return size
 
 
-__all__ = ["PURGEABLE_STATES", "PURGE_DEFAULT_STATES", "MaintenanceApp"]
+__all__ = ["BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "CANCEL_ROUNDS", "PURGEABLE_STATES",
+           "PURGE_DEFAULT_STATES", "MaintenanceApp", "bulk_filter", "bulk_states"]

@@ -1,7 +1,7 @@
 """``conveyor jobs retry``: one job, several, or every job matching filters.
 
 With filters (``--state``, ``--queue``, ``--task``) the retry goes through
-``Operations.retry_matching`` after a confirmation that says how many jobs and which
+``app.retry_matching_async`` after a confirmation that says how many jobs and which
 states (``--yes`` skips it). Without ``--state`` it takes failed, discarded and
 cancelled jobs only: completed jobs are retried only when ``--state completed`` says so
 (re-running them re-sends every email, re-charges every card).
@@ -13,18 +13,15 @@ from collections.abc import Callable, Sequence
 
 import click
 
-from .._app import Conveyor
+from .._app import Conveyor, JobFilter, bulk_states
 from .._errors import InvalidStateError, JobNotFoundError
 from .._job import RETRYABLE_FROM, Job, JobState
 from .._operations import Operations
 from .._payload import check_queue_name, check_task_name
-from .._storage import JobFilter
 from ._base import EPILOG, EXIT_RUNTIME, JOB_ID, CliFailure, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import print_json, safe
 
-#: States a filtered retry takes when no --state names others.
-DEFAULT_STATES = (JobState.RETRYABLE, JobState.DISCARDED, JobState.CANCELLED)
 MAX_BULK = 100_000
 
 ShowJobs = Callable[..., None]
@@ -34,7 +31,7 @@ def job_filter(ids: Sequence[int], states: Sequence[str], queue: str | None,
                task: str | None) -> JobFilter:
     try:
         return JobFilter(
-            states=tuple(JobState(s) for s in states) or DEFAULT_STATES,
+            states=bulk_states("retry", tuple(JobState(s) for s in states)),
             queue=check_queue_name(queue) if queue is not None else None,
             task=check_task_name(task) if task is not None else None,
             ids=tuple(ids),
@@ -56,14 +53,13 @@ def describe(flt: JobFilter) -> str:
 
 async def retry_matching(app: Conveyor, flt: JobFilter, limit: int, yes: bool) -> int:
     """Count, confirm (unless ``yes``), retry: how many were retried."""
-    ops = Operations(app, source="cli")
-    count = await ops.count_matching(flt, limit)
+    count = await Operations(app, source="cli").count_matching(flt, limit)
     if count == 0:
         return 0
     if not yes:
         more = "+" if count >= limit else ""
         click.confirm(f"Retry {count}{more} job(s) {describe(flt)}?", abort=True, err=True)
-    return await ops.retry_matching(flt, limit)
+    return await app.retry_matching_async(flt, limit=limit, source="cli")
 
 
 async def retry_each(app: Conveyor, ids: Sequence[int]) -> tuple[list[Job], list[str]]:
@@ -71,7 +67,7 @@ async def retry_each(app: Conveyor, ids: Sequence[int]) -> tuple[list[Job], list
     failed: list[str] = []
     for job_id in ids:
         try:
-            done.append(await app.retry_job_async(job_id))
+            done.append(await app.retry_job_async(job_id, source="cli"))
         except (JobNotFoundError, InvalidStateError) as exc:  # the others go on
             failed.append(str(exc))
     return done, failed

@@ -260,7 +260,7 @@ for _command in job_commands(show_jobs):
 def jobs_cancel(job_id: int, as_json: bool, app_path: str | None, url: str | None) -> None:
     """Cancel a job: at once if queued; a running job is stopped by its worker."""
     app = open_app(app_path, url)
-    job = run_async(app, lambda: app.cancel_job_async(job_id))
+    job = run_async(app, lambda: app.cancel_job_async(job_id, source="cli"))
     show_jobs([job], as_json=as_json, single=True)
 
 

@@ -178,7 +178,7 @@ def _discard_command(show_jobs: ShowJobs) -> click.Command:
         error entry saying an operator did it. A running job is refused: cancel it
         (`conveyor jobs cancel ID`) and its worker stops it."""
         app = open_app(app_path, url)
-        job = run_async(app, lambda: app.discard_job_async(job_id, reason=reason))
+        job = run_async(app, lambda: app.discard_job_async(job_id, reason=reason, source="cli"))
         show_jobs([job], as_json=as_json, single=True)
 
     return jobs_discard
@@ -198,7 +198,7 @@ def _delete_command() -> click.Command:
         """Delete one job's row, whatever its state; a running job only with --force
         (else: cancel it first). It cannot be undone."""
         app = open_app(app_path, url)
-        job = run_async(app, lambda: app.delete_job_async(job_id, force=force))
+        job = run_async(app, lambda: app.delete_job_async(job_id, force=force, source="cli"))
         if as_json:
             print_json({"deleted": job.id, "task": job.task, "queue": job.queue,
                         "state": job.state.value})
@@ -329,7 +329,7 @@ def _purge_command() -> click.Command:
             n = run_async(app, lambda: app.purge_jobs_async(
                 states=named, queue=queue, task=task_name, older_than=older_than,
                 dry_run=dry_run, batch_size=batch_size, on_count=report.on_count,
-                on_progress=report.on_progress))
+                on_progress=report.on_progress, source="cli"))
         finally:
             report.close()
         if as_json:

@@ -7,6 +7,8 @@ CLI cannot know, and a worker of the app declares it again when it starts."""
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
@@ -57,8 +59,11 @@ def schedules_list(as_json: bool, app_path: str | None, url: str | None) -> None
 
 
 async def _act(app: Conveyor, name: str, verb: str) -> Any:
-    action = {"pause": app.pause_schedule_async, "resume": app.resume_schedule_async,
-              "run": app.trigger_schedule_async, "remove": app.remove_schedule_async}[verb]
+    actions: dict[str, Callable[[str], Awaitable[Any]]] = {
+        "pause": app.pause_schedule_async, "resume": app.resume_schedule_async,
+        "run": functools.partial(app.trigger_schedule_async, source="cli"),
+        "remove": app.remove_schedule_async}
+    action = actions[verb]
     try:
         return await action(name)
     except (ValueError, LookupError) as exc:  # unknown, or defined in code

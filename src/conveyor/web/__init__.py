@@ -60,6 +60,7 @@ def create_app(
     trusted_origins: Iterable[str] | None = None,
     timeout: float = 2.5,
     auth_failure_delay: float = 0.5,
+    source: str = "dashboard",
 ) -> Starlette:
     """The dashboard of ``app`` as an ASGI app (Starlette).
 
@@ -79,6 +80,7 @@ def create_app(
     ``CONVEYOR_DASHBOARD_TRUSTED_ORIGINS``. ``timeout``: seconds a request may wait on
     the database before it gets a "database unreachable" page (503).
     ``auth_failure_delay``: seconds a wrong password waits before its 401.
+    ``source``: who acts, as the state-change events of its actions name it.
     See docs/security.md.
 
     Example: ``uvicorn.run(create_app(app, read_only=True), host="127.0.0.1")``
@@ -92,7 +94,8 @@ def create_app(
                                             else allowed_hosts),
                         trusted_origins=tuple(trusted_origins_from_env() if trusted_origins is None
                                               else trusted_origins),
-                        timeout=timeout, auth_failure_delay=auth_failure_delay)
+                        timeout=timeout, auth_failure_delay=auth_failure_delay,
+                        source=source)
     if secret:
         settings = dataclasses.replace(settings, secret=secret)
     return build(app, settings)

@@ -46,7 +46,7 @@ def routes(ctx: Context) -> list[BaseRoute]:
 
 
 def build(app: Conveyor, settings: Settings) -> Starlette:
-    ctx = Context(Operations(app, source="dashboard"), settings)
+    ctx = Context(Operations(app, source=settings.source), settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:

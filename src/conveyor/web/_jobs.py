@@ -13,10 +13,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .._app.reads import jobs as reads
-from .._errors import JobNotFoundError
+from .._errors import InvalidStateError, JobNotFoundError
 from ._context import Context
 from ._query import PAGE_SIZES, STATE_CHOICES, JobQuery, positive_int
 from ._security import action_form
+
+
+def sentence(exc: Exception) -> str:
+    """The app's refusal, as the page shows it ("Job 7 is running and cannot be ...")."""
+    text = str(exc)
+    return f"{text[:1].upper()}{text[1:]}."
+
 
 DONE = {"retry": "retried", "cancel": "cancelled", "discard": "discarded", "delete": "deleted"}
 
@@ -52,13 +59,11 @@ async def job_action(ctx: Context, request: Request) -> Response:
     act = {"retry": ctx.ops.retry_job, "cancel": ctx.ops.cancel_job,
            "discard": ctx.ops.discard_job, "delete": ctx.ops.delete_job}[action]
     try:
-        result = await act(job_id)
+        await act(job_id)
     except JobNotFoundError:
         raise HTTPException(404, f"no job with id {job_id}") from None
-    if result.after is None:
-        return ctx.redirect(request, f"/jobs/{job_id}", "error",
-                            f"Job {job_id} is {result.before.state.value} and cannot be "
-                            f"{DONE[action]}.")
+    except InvalidStateError as exc:
+        return ctx.redirect(request, f"/jobs/{job_id}", "error", sentence(exc))
     return ctx.redirect(request, "/jobs" if action == "delete" else f"/jobs/{job_id}",
                         DONE[action], job_id)
 

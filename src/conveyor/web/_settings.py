@@ -146,6 +146,9 @@ class Settings:
     timeout: float = 2.5
     #: Seconds a failed authentication waits before its 401 (slows password guessing).
     auth_failure_delay: float = 0.5
+    #: Who acts, as the state-change events of the dashboard's actions name it
+    #: (``"django"`` when mounted in Django's URLs).
+    source: str = "dashboard"
 
     def __post_init__(self) -> None:
         if not 1 <= self.bulk_cap <= 100_000:

@@ -16,11 +16,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .._errors import JobNotFoundError
+from .._errors import InvalidStateError, JobNotFoundError
 from .._job import Job, JobState
 from . import _composition
 from ._context import Context
 from ._graph import DETAIL_LIMIT
+from ._jobs import sentence
 from ._query import positive_int
 from ._security import action_form
 
@@ -109,12 +110,11 @@ async def _member_action(ctx: Context, request: Request, page: str,
     ctx.audit(request, f"job.{action}", job=job_id, page=page)
     act = ctx.ops.retry_job if action == "retry" else ctx.ops.cancel_job
     try:
-        result = await act(job_id)
+        await act(job_id)
     except JobNotFoundError:
         raise HTTPException(404, f"no job with id {job_id}") from None
-    if result.after is None:
-        return ctx.redirect(request, page, "error", f"Job {job_id} is "
-                            f"{result.before.state.value} and cannot be {DONE[action]}.")
+    except InvalidStateError as exc:
+        return ctx.redirect(request, page, "error", sentence(exc))
     return ctx.redirect(request, page, DONE[action], job_id)
 
 

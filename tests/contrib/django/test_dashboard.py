@@ -153,3 +153,25 @@ def test_served_over_asgi_too(project: Project, backends: Any) -> None:
         assert paused(backends)
     finally:
         backends["default"].app.resume_queue(QUEUE)
+
+
+def test_an_action_through_django_names_django_in_its_event(project: Project,
+                                                            backends: Any) -> None:
+    """The mounted dashboard acts as ``"django"`` (``create_app(source=...)``), so a
+    listener tells its actions from the standalone dashboard's and the CLI's."""
+    from shop.tasks import whoami
+
+    app = backends["default"].app
+    seen: list[Any] = []
+    app.on_state_change(seen.append)
+    try:
+        job_id = int(whoami.enqueue("cancel me").id)
+        seen.clear()
+        client = staff_client()
+        done = post_form(client, f"/ops/jobs/jobs/{job_id}/cancel",
+                         {"csrf_token": csrf_of(client)})
+        assert done.status_code == 303
+        assert [(c.job_id, c.state.value, c.source) for c in seen] == [
+            (job_id, "cancelled", "django")]
+    finally:
+        app.hooks.listeners.remove(seen.append)

@@ -70,7 +70,8 @@ class _Mounted:
             if not isinstance(found, ConveyorBackend):
                 raise TypeError(f"TASKS[{self.backend!r}] is not a ConveyorBackend")
             app = found.app
-            options = {"trusted_origins": list(settings.CSRF_TRUSTED_ORIGINS), **self.options}
+            options = {"trusted_origins": list(settings.CSRF_TRUSTED_ORIGINS),
+                       "source": "django", **self.options}
             # Django has checked the Host against ALLOWED_HOSTS before the view runs.
             self._asgi = create_app(app, access=_access, allowed_hosts=["*"], **options)
             self._portal = Portal(app.close_async)

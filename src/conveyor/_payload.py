@@ -15,7 +15,11 @@ from ._payload_types import DEFAULT_CODEC, TAG_TEXT, TypeCodec, Unstorable
 # Names are checked with ``fullmatch``: ``$`` would let a trailing newline through.
 TASK_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.:-]{0,199}")
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
-TAG = re.compile(r"[^\x00-\x1f]{1,100}")
+#: Most tags one job carries (its task's and the enqueue's together), and the most
+#: characters in one tag; their JSON counts, with meta's, toward max_payload_bytes.
+MAX_TAGS = 50
+MAX_TAG_CHARS = 100
+TAG = re.compile(rf"[^\x00-\x1f]{{1,{MAX_TAG_CHARS}}}")
 MAX_ATTEMPTS_LIMIT = 10_000
 #: The furthest a job can be put off (delay=, run_at=, a snooze, a backoff): 100 years.
 MAX_DELAY_SECONDS = 100 * 365.25 * 86_400
@@ -144,11 +148,40 @@ def check_run_at(value: object) -> datetime | None:
 
 def check_tags(tags: object) -> list[str]:
     if isinstance(tags, str) or not isinstance(tags, Sequence):
-        raise TypeError(f"tags must be a list of strings, got {tags!r}")
+        raise TypeError(f"tags must be a list of strings, got {_short(tags)}")
+    _check_tag_count(len(tags))
     for tag in tags:
         if not isinstance(tag, str) or not TAG.fullmatch(tag):
-            raise ValueError(f"invalid tag {tag!r}: 1 to 100 printable characters")
+            raise ValueError(f"invalid tag {_short(tag)}: 1 to {MAX_TAG_CHARS} printable "
+                             "characters (MAX_TAG_CHARS)")
     return list(tags)
+
+
+def _check_tag_count(count: int) -> None:
+    if count > MAX_TAGS:
+        raise ValueError(f"{count} tags, over the limit of {MAX_TAGS} tags a job (MAX_TAGS)")
+
+
+def _short(value: object) -> str:
+    """``repr(value)``, cut: an error message never carries a megabyte of input."""
+    text = repr(value)
+    return text if len(text) <= 120 else f"{text[:100]}... ({len(text)} characters)"
+
+
+def encode_tags_and_meta(task: str, tags: list[str], meta: Mapping[str, Any],
+                         max_bytes: int) -> tuple[str, str]:
+    """A job's tags (each already checked) and meta as JSON. Both count toward
+    ``max_payload_bytes`` together, as the arguments do on their own."""
+    _check_tag_count(len(tags))
+    tags_json = dumps(tags) if tags else "[]"
+    meta_json = "{}" if isinstance(meta, dict) and not meta else encode_meta(
+        task, meta, max_bytes)
+    size = len(tags_json.encode()) + len(meta_json.encode())
+    if size > max_bytes:
+        raise PayloadTooLargeError(
+            f"tags and meta of task {task!r} are {size} bytes of JSON, over the cap of "
+            f"{max_bytes} bytes (ConveyorConfig.max_payload_bytes)")
+    return tags_json, meta_json
 
 
 def _encode_one(task: str, label: str, value: Any) -> str:

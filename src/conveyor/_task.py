@@ -106,8 +106,9 @@ class JobSpec:
         plain_args = args_json, kwargs_json
         if defaults.encrypt:
             args_json, kwargs_json = self._sealed(args_json, kwargs_json, max_payload_bytes)
-        tags = list(defaults.tags) + _payload.check_tags(opts.tags or [])
-        meta = opts.meta or {}
+        tags_json, meta_json = _payload.encode_tags_and_meta(
+            name, list(defaults.tags) + _payload.check_tags(opts.tags or []),
+            {} if opts.meta is None else opts.meta, max_payload_bytes)
         unique_key = unique_states = None
         if defaults.unique is not None or opts.unique_key is not None:
             unique = defaults.unique or Unique()
@@ -128,9 +129,8 @@ class JobSpec:
             else _payload.check_priority(opts.priority),
             max_attempts=defaults.max_attempts if opts.max_attempts is None
             else _payload.check_max_attempts(opts.max_attempts),
-            tags_json=_payload.dumps(tags) if tags else "[]",
-            meta_json=_payload.encode_meta(name, meta, max_payload_bytes)
-            if meta or not isinstance(meta, dict) else "{}",
+            tags_json=tags_json,
+            meta_json=meta_json,
             delay=_payload.check_delay(opts.delay),
             run_at=_payload.check_run_at(opts.run_at),
             unique_key=unique_key,
@@ -326,6 +326,8 @@ class Task(_Enqueuer[P], Generic[P, R]):
     ) -> TaskWithOptions[P]:
         """Override defaults for one enqueue. Example: ``task.options(delay=30).enqueue()``
 
+        ``tags`` add to the task's own, within the limits docs/arguments.md gives ("Tags
+        and meta": ``MAX_TAGS``, ``MAX_TAG_CHARS``, with meta ``max_payload_bytes``).
         ``depends_on=[job_a, job_b]`` (jobs or ids): the job waits in state ``pending``
         until they are final; ``on_failure`` says what it does if one fails
         (``"cancel"``, ``"run"``, ``"run_with_failure"``; docs/workflows.md)."""

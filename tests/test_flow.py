@@ -166,18 +166,24 @@ def test_pause_resume_and_scale_reach_a_running_worker(app: Conveyor) -> None:
     async def step(i: int) -> None:
         await seen.run(0.05)
 
+    @app.task(queue="other")
+    async def marker() -> None:
+        """Runs beside the paused queue: once it is done, the worker has fetched after
+        the paused jobs were committed, and took none of them."""
+
     async def during(worker: Worker) -> None:
         await app.pause_queue_async("work")
         await _until(lambda: _paused(worker, "work"))
         jobs = await app.enqueue_many_async([step.job(i) for i in range(6)])
-        await asyncio.sleep(0.5)  # paused: the window in which nothing may start
+        mark = await marker.enqueue_async()
+        await _until(in_state(app, mark, JobState.COMPLETED))
         assert seen.starts == []
         await app.set_queue_concurrency_async("work", 1)
         await app.resume_queue_async("work")
         await _until(in_state(app, jobs[-1], JobState.COMPLETED))
 
     async def main() -> None:
-        config = dataclasses.replace(FAST, queues={"work": 5}, settings_interval=0.1)
+        config = dataclasses.replace(FAST, queues={"work": 5, "other": 1}, settings_interval=0.1)
         await run_worker_until(app, all_final(app), config=config, during=during)
         queues = {q.name: q for q in await app.list_queues_async()}
         assert queues["work"].concurrency == 1 and not queues["work"].paused

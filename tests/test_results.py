@@ -32,6 +32,7 @@ from conveyor import (
 from conveyor._app.results import POLLED_RECHECK, Waiter
 
 from ._runtime_util import FAST, aio
+from .conftest import wait_for_async
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,15 +287,41 @@ def test_a_pickled_job_leaves_its_app_behind(app: Conveyor) -> None:
     assert copy == job and copy._waiter is None
 
 
+class CountedReads:
+    """Counts a waiter's finished reads: a test acts once the wait's first read is done
+    (the job was read not final), not after a guessed sleep."""
+
+    def __init__(self, waiter: Waiter) -> None:
+        self.done = 0
+        self._read = waiter._read
+        setattr(waiter, "_read", self.read)  # noqa: B010 (an instance's method, replaced)
+
+    async def read(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self._read(*args, **kwargs)
+        finally:
+            self.done += 1
+
+
+def counted_reads(waiter: Waiter) -> CountedReads:
+    return CountedReads(waiter)
+
+
+async def first_read_done(reads: CountedReads) -> None:
+    await wait_for_async(lambda: reads.done >= 1, timeout=10, message="the wait's first read")
+
+
 @aio
 async def test_a_worker_of_this_process_wakes_the_waiter_without_a_recheck(
         app: Conveyor) -> None:
     """SQLite: the in-process wake after the ack's commit; PostgreSQL: the NOTIFY."""
     tasks = define(app)
     job = await tasks["add"].enqueue_async(20, 22)
-    app._waiter(await app.storage()).recheck = (30.0, 30.0)  # only a wake-up can help
+    waiter = app._waiter(await app.storage())
+    waiter.recheck = (30.0, 30.0)  # only a wake-up can help
+    reads = counted_reads(waiter)
     wait = asyncio.create_task(job.wait_async(timeout=60))
-    await asyncio.sleep(0.2)  # the wait's first read is done: the job was not final
+    await first_read_done(reads)  # the job was read not final
     assert not wait.done()
     with worker_thread(app):
         started = time.monotonic()
@@ -306,9 +333,11 @@ async def test_a_worker_of_this_process_wakes_the_waiter_without_a_recheck(
 @aio
 async def test_a_deleted_job_fails_its_wait_at_the_next_recheck(app: Conveyor) -> None:
     job = await define(app)["add"].enqueue_async(1, 2)
-    app._waiter(await app.storage()).recheck = (0.2, 0.2)
+    waiter = app._waiter(await app.storage())
+    waiter.recheck = (0.2, 0.2)
+    reads = counted_reads(waiter)
     wait = asyncio.create_task(job.wait_async(timeout=30))
-    await asyncio.sleep(0.1)
+    await first_read_done(reads)  # read while it existed: only the re-check can tell
     await app.delete_job_async(job.id)
     with pytest.raises(JobNotFoundError, match=f"no job with id {job.id}"):
         await asyncio.wait_for(wait, 10)
@@ -353,10 +382,12 @@ async def test_an_operator_discard_and_a_rescue_to_discarded_wake_waiters(
 
     tasks = define(app)
     storage = await app.storage()
-    app._waiter(storage).recheck = (30.0, 30.0)
+    waiter = app._waiter(storage)
+    waiter.recheck = (30.0, 30.0)
+    reads = counted_reads(waiter)
     queued = await tasks["add"].enqueue_async(1, 1)
     wait = asyncio.create_task(queued.wait_async(timeout=60))
-    await asyncio.sleep(0.2)
+    await first_read_done(reads)
     await app.discard_job_async(queued.id, reason="not needed")
     with pytest.raises(JobDiscardedError, match="discarded by an operator: not needed"):
         await asyncio.wait_for(wait, 10)

@@ -21,8 +21,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, scoped_session, sessionmaker
 
 from conveyor import Conveyor, DatabaseUnavailableError, JobState, StateChange, WorkerConfig
+from conveyor._runtime import Worker
 
 from .._runtime_util import FAST, all_final, run_worker_until
+from ..conftest import wait_for_async
 
 
 class Base(DeclarativeBase):
@@ -258,9 +260,14 @@ def test_commit_wakes_a_listening_worker(db_url: str, engine: Engine) -> None:
 
         app.on_state_change(on_change)
 
-        async def enqueue_one_by_one(_: object) -> None:
-            await asyncio.sleep(0.3)  # let the worker reach its idle wait
+        async def enqueue_one_by_one(worker: Worker) -> None:
+            producer = worker.producers["default"]
+
+            async def idle() -> bool:  # its last fetch found nothing: it waits for a wake
+                return producer.idle
+
             for n in range(4):
+                await wait_for_async(idle, timeout=10, message="the worker to idle")
                 with Session(engine) as session:
                     job = ship.enqueue(f"woken {n}", connection=session)
                     session.commit()
@@ -268,7 +275,6 @@ def test_commit_wakes_a_listening_worker(db_url: str, engine: Engine) -> None:
                 while job.id not in started and time.monotonic() - at < 5:
                     await asyncio.sleep(0.005)
                 latencies.append(started.get(job.id, at + 5) - at)
-                await asyncio.sleep(0.2)  # idle again
 
         await run_worker_until(app, all_final(app), config, timeout=30, during=enqueue_one_by_one)
 

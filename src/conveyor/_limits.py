@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import inspect
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +35,11 @@ class RateLimit:
     With the default burst of 1 starts are spaced evenly, so no window of the period
     ever holds more than the count; ``burst=b`` lets b start back to back.
 
-    Example: ``@app.task(rate_limit=RateLimit("10/s", key=lambda to, **_: to.split("@")[1]))``
+    ``key`` is called with the job's arguments as they were given (``key(*args,
+    **kwargs)``): give it the task's parameters, or take the first and absorb the rest.
+    One that cannot take every call of its task is refused when the task is defined.
+
+    Example: ``@app.task(rate_limit=RateLimit("10/s", key=lambda to, *_, **__: to.split("@")[1]))``
     """
 
     rate: str
@@ -101,3 +106,56 @@ class Unique:
     @property
     def states_text(self) -> str:
         return "," + ",".join(self.states) + ","
+
+
+# -- key functions against their task's signature ---------------------------------------
+
+
+def check_key_function(what: str, key: object, task: str, signature: inspect.Signature) -> None:
+    """Refuse, when the task is defined, a key function (``RateLimit(key=)``,
+    ``Unique(key=)``, ``concurrency_key=``) that cannot take every call of its task: it
+    is called as ``key(*args, **kwargs)`` with a job's arguments as given, and one that
+    fails there would only be found job by job (a rate limit then fell back to the
+    task-wide key with a log line)."""
+    if key is None or isinstance(key, str):
+        return
+    if not callable(key):
+        raise TypeError(f"{what} of task {task!r} must be a function, got {key!r}")
+    try:
+        accepts = inspect.signature(key)
+    except (TypeError, ValueError):  # a builtin that does not describe itself
+        return
+    for args, kwargs in _calls(signature):
+        try:
+            accepts.bind(*args, **kwargs)
+        except TypeError as exc:
+            call = ", ".join([*args, *(f"{k}=..." for k in kwargs)])
+            raise TypeError(
+                f"{what} {accepts} cannot take every call of task {task!r}{signature}: "
+                f"key({call}) fails ({exc}). Give it the task's parameters, or take the "
+                "first and absorb the rest, e.g. key=lambda to, *_, **__: to"
+            ) from None
+
+
+def _calls(signature: inspect.Signature) -> list[tuple[list[str], dict[str, str]]]:
+    """The shapes a call of a function with ``signature`` can take, for ``bind``: the
+    required arguments alone, every argument by position, and every argument by name
+    (the values are the parameters' names)."""
+    P = inspect.Parameter
+    params = list(signature.parameters.values())
+    positional = [p.name for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    only_positional = [p.name for p in params if p.kind is P.POSITIONAL_ONLY]
+    required = [p.name for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
+                and p.default is P.empty]
+    keyword = [p.name for p in params if p.kind is P.KEYWORD_ONLY]
+    required_keyword = {p.name: p.name for p in params
+                        if p.kind is P.KEYWORD_ONLY and p.default is P.empty}
+    extra_args = ["*args"] if any(p.kind is P.VAR_POSITIONAL for p in params) else []
+    extra_kwargs = ({"more_kwargs": "**kwargs"} if any(p.kind is P.VAR_KEYWORD for p in params)
+                    else {})
+    by_name = {n: n for n in positional if n not in only_positional}
+    return [
+        (required, dict(required_keyword)),
+        (positional + extra_args, {**{n: n for n in keyword}, **extra_kwargs}),
+        (only_positional, {**by_name, **{n: n for n in keyword}}),
+    ]

@@ -12,7 +12,7 @@ from . import _payload, _payload_crypt
 from ._dependencies import FailurePolicy, check_policy, dependency_ids
 from ._errors import PayloadTooLargeError
 from ._job import Job
-from ._limits import KeyFunc, RateLimit, Unique
+from ._limits import KeyFunc, RateLimit, Unique, check_key_function
 from ._payload_hints import CallPlan
 from ._payload_types import DEFAULT_CODEC, TypeCodec
 from ._storage import JobInsert, fast_constructor, insert_with_arguments, make_insert
@@ -263,10 +263,22 @@ class Task(_Enqueuer[P], Generic[P, R]):
         #: Positional parameters' names, to name an argument that cannot be stored.
         self.positional = tuple(p.name for p in self.signature.parameters.values()
                                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+        self._check_key_functions()
         self._plan: CallPlan | None = None
         #: Argument shapes (positional count, keyword names) known to fit the signature.
         self._fits: set[tuple[int, tuple[str, ...]]] = set()
         self._task, self._opts = self, EnqueueOptions()
+
+    def _check_key_functions(self) -> None:
+        """Each key function takes every call this task takes (refused now, not job by
+        job). A rate limit's key of an encrypted task is called on the sealed marker."""
+        opts = self.defaults
+        if opts.rate_limit is not None and not opts.encrypt:
+            check_key_function("RateLimit(key=...)", opts.rate_limit.key, self.name,
+                               self.signature)
+        if opts.unique is not None:
+            check_key_function("Unique(key=...)", opts.unique.key, self.name, self.signature)
+        check_key_function("concurrency_key=", opts.concurrency_key, self.name, self.signature)
 
     @property
     def name(self) -> str:

@@ -1,0 +1,90 @@
+"""Issue 28, defect 12: a key function (``RateLimit(key=)``, ``Unique(key=)``,
+``concurrency_key=``) that cannot take every call of its task is refused when the task
+is defined, not found job by job (a rate limit fell back to the task-wide key with a
+log line); the documented rate-limit key works for a task of several arguments."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conveyor import Conveyor, JobState, RateLimit, Unique, WorkerConfig
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "flow-control.md"
+
+
+def test_the_old_documented_key_is_refused_for_a_task_of_two_arguments() -> None:
+    app = Conveyor("sqlite:///:memory:")
+    with pytest.raises(TypeError, match=r"RateLimit\(key=\.\.\.\).*'send'.*key\(to, subject\) "
+                                        r"fails \(too many positional arguments\)"):
+        @app.task(rate_limit=RateLimit("10/s", key=lambda to, **_: to.split("@")[1]))
+        def send(to: str, subject: str) -> None: ...
+    assert "send" not in app.tasks
+
+
+@pytest.mark.parametrize(("options", "fn", "named"), [
+    ({"unique": Unique(key=lambda a, b: a)}, lambda a, b=1: None, r"Unique.*key\(a\) fails"),
+    ({"concurrency_key": lambda user: user}, lambda user, *, n: None,
+     r"concurrency_key=.*key\(user, n=\.\.\.\) fails"),
+    ({"rate_limit": RateLimit("1/s", key=lambda a: a)}, lambda a, *more: None,
+     r"key\(a, \*args\) fails"),
+    ({"rate_limit": RateLimit("1/s", key=lambda a, /: a)}, lambda a: None,
+     r"key\(a=\.\.\.\) fails"),
+    ({"concurrency_key": lambda a: a}, lambda a, **options: None,
+     r"key\(a, more_kwargs=\.\.\.\) fails"),
+])
+def test_every_call_shape_is_checked(options: dict[str, Any], fn: Any, named: str) -> None:
+    app = Conveyor("sqlite:///:memory:")
+    with pytest.raises(TypeError, match=named):
+        app.task(name="t", **options)(fn)
+
+
+@pytest.mark.parametrize("key", [
+    lambda to, *_, **__: to,
+    lambda to, subject, body="": to,
+    lambda *args, **kwargs: args[0] if args else kwargs["to"],
+    "a fixed key",
+])
+def test_key_functions_that_take_every_call_are_accepted(key: Any) -> None:
+    app = Conveyor("sqlite:///:memory:")
+    unique = Unique(key=key)
+    options: dict[str, Any] = {"unique": unique}
+    if callable(key):
+        options.update(rate_limit=RateLimit("1/s", key=key), concurrency_key=key)
+
+    @app.task(name="send", **options)
+    def send(to: str, subject: str, body: str = "") -> None: ...
+
+    assert "send" in app.tasks
+
+
+def test_the_documented_rate_limit_key_runs_on_a_task_of_several_arguments(
+        app: Conveyor, caplog: pytest.LogCaptureFixture) -> None:
+    """The docs' code block, run as it stands: both calls get their domain's key (no
+    fallback to the task-wide key, which only a log line said)."""
+    section = DOC.read_text().split("## Rate limits", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert block is not None
+    namespace: dict[str, Any] = {"app": app, "RateLimit": RateLimit}
+    exec(block.group(1), namespace)
+    send = namespace["send"]
+    jobs = [send.enqueue("a@b.example", "hi"), send.enqueue(to="c@d.example", subject="yo")]
+
+    async def run() -> None:
+        try:
+            await asyncio.wait_for(app.run_worker({"mail": 2}, config=WorkerConfig(burst=True)),
+                                   60)
+        finally:
+            await app.close_async()
+
+    with caplog.at_level(logging.WARNING, logger="conveyor"):
+        asyncio.run(run())
+    assert "rate limit key" not in caplog.text, caplog.text
+    for job in jobs:
+        done = app.get_job(job.id)
+        assert done is not None and done.state is JobState.COMPLETED, done

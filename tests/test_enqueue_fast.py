@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -27,7 +27,7 @@ from conveyor import (
 )
 from conveyor._app.pipeline import InsertPipeline
 from conveyor._payload_crypt import ENV
-from conveyor._storage import JobInsert, JobInsertManyParams, make_insert, make_job
+from conveyor._storage import JobInsert, make_insert, make_job
 
 #: At least COPY_MIN_BATCH (postgres/copy_insert.py): these batches go through COPY.
 BIG = 300
@@ -284,15 +284,15 @@ def test_a_failed_pipelined_batch_gives_each_caller_its_own_outcome() -> None:
     the write is a stand-in that refuses any batch holding a "bad" job)."""
     batches: list[list[str]] = []
 
-    async def write(params: JobInsertManyParams) -> list[Job]:
+    async def write(inserts: Sequence[JobInsert]) -> list[Job]:
         await asyncio.sleep(0)  # in flight: later callers queue up
-        batches.append([j.task for j in params.jobs])
-        if any(j.task == "bad" for j in params.jobs):
+        batches.append([j.task for j in inserts])
+        if any(j.task == "bad" for j in inserts):
             raise ValueError("refused")
         return [make_job(id=len(batches) * 1000 + i, task=j.task, queue=j.queue, args=[],
                          kwargs={}, priority=0, state=JobState.AVAILABLE, attempt=0,
                          max_attempts=1, scheduled_at=None, created_at=None, errors=[],
-                         tags=[], meta={}) for i, j in enumerate(params.jobs)]
+                         tags=[], meta={}) for i, j in enumerate(inserts)]
 
     async def main() -> list[Any]:
         pipeline = InsertPipeline(None, write, max_batch=3)

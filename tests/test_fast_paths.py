@@ -16,9 +16,7 @@ from conveyor._storage import (
     JobAck,
     JobAckManyParams,
     JobFetchAvailableParams,
-    JobGetParams,
     JobInsert,
-    JobInsertManyParams,
     Storage,
     loads,
     make_ack,
@@ -114,7 +112,7 @@ def test_completed_acks_keep_the_fence_per_job(app: Conveyor) -> None:
 
     async def body(s: Storage) -> None:
         inserts = [JobInsert("t", "default", "[]", "{}", 0, 3, "[]", "{}") for _ in range(5)]
-        await s.job_insert_many(JobInsertManyParams(inserts))
+        await s.job_insert_many(inserts)
         c = await s.job_fetch_available(JobFetchAvailableParams("default", 5, "n", 30.0))
         retry = JobAck(c[3].id, c[3].lease_token or 0, JobState.RETRYABLE, delay=60.0,
                        error_json='{"error":"x"}')
@@ -122,7 +120,7 @@ def test_completed_acks_keep_the_fence_per_job(app: Conveyor) -> None:
         assert applied == [c[0].id, c[3].id, c[2].id]
         stale = _ack(c[1], (c[1].lease_token or 0) + 1)
         assert await s.job_ack_many(JobAckManyParams([stale, _ack(c[4])])) == [c[4].id]
-        rows = {j.id: await s.job_get(JobGetParams(j.id)) for j in c}
+        rows = {j.id: await s.job_get(j.id) for j in c}
         states = {i: r.state if r else None for i, r in rows.items()}
         assert states == {c[0].id: JobState.COMPLETED, c[1].id: JobState.RUNNING,
                           c[2].id: JobState.COMPLETED, c[3].id: JobState.RETRYABLE,

@@ -16,7 +16,7 @@ import pytest
 
 from conveyor import Conveyor, JobState, Throttle
 from conveyor._errors import THROTTLE_COOLDOWN_CAP
-from conveyor._storage import QueueCooldownClearParams, QueueCooldownRaiseParams
+from conveyor._storage import QueueCooldownRaiseParams
 
 from ._runtime_util import FAST, in_state
 from .test_fidelity_runtime import start_worker, stop_worker, until
@@ -60,8 +60,8 @@ def test_queue_cooldowns_grow_while_the_queue_keeps_being_throttled(app: Conveyo
         third = await raise_(0.3, cap=1.0)
         assert (third.seconds, third.streak) == (1.0, 3), "the cap bounds the growth"
         assert 0.9 < third.remaining <= 1.0
-        assert await storage.queue_cooldown_clear(QueueCooldownClearParams("api"))
-        assert not await storage.queue_cooldown_clear(QueueCooldownClearParams("api"))
+        assert await storage.queue_cooldown_clear("api")
+        assert not await storage.queue_cooldown_clear("api")
         fresh = await raise_(0.2)
         assert (fresh.seconds, fresh.streak) == (0.2, 1)
         long = await storage.queue_cooldown_raise(QueueCooldownRaiseParams("big", 5000.0, 600.0))

@@ -20,20 +20,12 @@ from conveyor._job import JobState
 from conveyor._storage import (
     JobAck,
     JobAckManyParams,
-    JobCancelParams,
-    JobCountByStateParams,
     JobFetchAvailableParams,
-    JobGetParams,
     JobHeartbeatManyParams,
     JobInsert,
-    JobInsertManyParams,
     JobLease,
     JobListParams,
     JobRescueExpiredParams,
-    JobRetryParams,
-    JobStageDueParams,
-    MigrateParams,
-    NodeDeleteParams,
     NodeUpsertParams,
     Storage,
     WakeHub,
@@ -72,8 +64,8 @@ def url(postgres_admin_url: str) -> Iterator[str]:
             await storage.open(check_schema=False)
             try:
                 assert [m.version for m in await storage.schema_pending()] == ALL_VERSIONS
-                assert [m.version for m in await storage.migrate(MigrateParams())] == ALL_VERSIONS
-                assert await storage.migrate(MigrateParams()) == []
+                assert [m.version for m in await storage.migrate()] == ALL_VERSIONS
+                assert await storage.migrate() == []
             finally:
                 await storage.close()
 
@@ -121,8 +113,8 @@ async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 3.0)
 def test_insert_fetch_ack_stage(url: str) -> None:
     async def body(st: PostgresStorage) -> None:
         s = as_storage(st)
-        jobs = await s.job_insert_many(JobInsertManyParams(
-            [job("q1", "a"), job("q1", "b", delay=3600.0), job("q1", "c", priority=5)]))
+        jobs = await s.job_insert_many(
+            [job("q1", "a"), job("q1", "b", delay=3600.0), job("q1", "c", priority=5)])
         assert [j.task for j in jobs] == ["a", "b", "c"]
         assert [j.state for j in jobs] == [JobState.AVAILABLE, JobState.SCHEDULED,
                                            JobState.AVAILABLE]
@@ -145,19 +137,19 @@ def test_insert_fetch_ack_stage(url: str) -> None:
         assert await s.job_ack_many(JobAckManyParams([done, failed, done])) == [c.id, a.id]
         assert await s.job_ack_many(JobAckManyParams([done])) == []  # replayed: no effect
 
-        got_c = await s.job_get(JobGetParams(c.id))
+        got_c = await s.job_get(c.id)
         assert got_c is not None and got_c.state is JobState.COMPLETED
         assert got_c.result == {"ok": True} and got_c.finished_at is not None
         assert got_c.lease_token is None and got_c.lease_expires_at is None
-        got_a = await s.job_get(JobGetParams(a.id))
+        got_a = await s.job_get(a.id)
         assert got_a is not None and got_a.state is JobState.RETRYABLE
         assert got_a.errors == [{"error": "boom"}] and got_a.finished_at is None
 
-        staged = await s.job_stage_due(JobStageDueParams())
+        staged = await s.job_stage_due()
         assert ("q1", JobState.RETRYABLE) in [(j.queue, j.previous) for j in staged]
-        got_a = await s.job_get(JobGetParams(a.id))
+        got_a = await s.job_get(a.id)
         assert got_a is not None and got_a.state is JobState.AVAILABLE
-        assert await s.job_get(JobGetParams(10**12)) is None
+        assert await s.job_get(10**12) is None
 
     run(url, body)
 
@@ -165,13 +157,13 @@ def test_insert_fetch_ack_stage(url: str) -> None:
 def test_run_at_and_empty_batches(url: str) -> None:
     async def body(s: PostgresStorage) -> None:
         later, earlier = datetime.now(UTC) + timedelta(hours=1), datetime(2000, 1, 1)
-        jobs = await s.job_insert_many(JobInsertManyParams(
+        jobs = await s.job_insert_many(
             [job("q5", "later", run_at=later), job("q5", "earlier", run_at=earlier),
-             job("q5", "int", delay=60), job("q5", "float", delay=0.5)]))
+             job("q5", "int", delay=60), job("q5", "float", delay=0.5)])
         assert [j.state for j in jobs] == [JobState.SCHEDULED, JobState.AVAILABLE,
                                            JobState.SCHEDULED, JobState.SCHEDULED]
         assert abs((jobs[0].scheduled_at - later).total_seconds()) < 0.001
-        assert await s.job_insert_many(JobInsertManyParams([])) == []
+        assert await s.job_insert_many([]) == []
         assert await s.job_ack_many(JobAckManyParams([])) == []
         result = await s.job_heartbeat_many(JobHeartbeatManyParams([], 30.0))
         assert result.held == frozenset()
@@ -181,21 +173,20 @@ def test_run_at_and_empty_batches(url: str) -> None:
 
 def test_heartbeat_cancel_retry_list_count(url: str) -> None:
     async def body(s: PostgresStorage) -> None:
-        queued, running = await s.job_insert_many(JobInsertManyParams(
-            [job("q2", "queued", delay=60.0), job("q2", "running")]))
+        queued, running = await s.job_insert_many([job("q2", "queued", delay=60.0), job("q2", "running")])
         [r] = await s.job_fetch_available(JobFetchAvailableParams("q2", 5, "node-2", 30.0))
         assert r.id == running.id and r.lease_token is not None and r.lease_expires_at
         beat = await s.job_heartbeat_many(JobHeartbeatManyParams(
             [JobLease(r.id, r.lease_token), JobLease(queued.id, 123)], 60.0))
         assert beat.held == {r.id} and beat.cancel_requested == frozenset()
-        after = await s.job_get(JobGetParams(r.id))
+        after = await s.job_get(r.id)
         assert after is not None and after.lease_expires_at is not None
         assert after.lease_expires_at > r.lease_expires_at
 
-        cancelled = await s.job_cancel(JobCancelParams(queued.id))
+        cancelled = await s.job_cancel(queued.id)
         assert cancelled is not None and cancelled.state is JobState.CANCELLED
         assert cancelled.finished_at is not None and not cancelled.cancel_requested
-        flagged = await s.job_cancel(JobCancelParams(r.id))
+        flagged = await s.job_cancel(r.id)
         assert flagged is not None and flagged.state is JobState.RUNNING
         assert flagged.cancel_requested and flagged.finished_at is None
         beat = await s.job_heartbeat_many(JobHeartbeatManyParams(
@@ -204,15 +195,15 @@ def test_heartbeat_cancel_retry_list_count(url: str) -> None:
         # The cancel wins over the retry the worker asks for.
         ack = JobAck(r.id, r.lease_token, JobState.RETRYABLE, delay=5.0, error_json='{"e": 1}')
         assert await s.job_ack_many(JobAckManyParams([ack])) == [r.id]
-        final = await s.job_get(JobGetParams(r.id))
+        final = await s.job_get(r.id)
         assert final is not None and final.state is JobState.CANCELLED and final.finished_at
-        assert await s.job_cancel(JobCancelParams(r.id)) is None
+        assert await s.job_cancel(r.id) is None
 
-        retried = await s.job_retry(JobRetryParams(r.id))
+        retried = await s.job_retry(r.id)
         assert retried is not None and retried.state is JobState.AVAILABLE
         assert not retried.cancel_requested and retried.finished_at is None
         assert retried.max_attempts == 3
-        assert await s.job_retry(JobRetryParams(r.id)) is None  # available: nothing to retry
+        assert await s.job_retry(r.id) is None  # available: nothing to retry
 
         listed = await s.job_list(JobListParams(queue="q2"))
         assert [j.id for j in listed] == [running.id, queued.id]
@@ -221,17 +212,16 @@ def test_heartbeat_cancel_retry_list_count(url: str) -> None:
         assert [j.id for j in await s.job_list(JobListParams(
             queue="q2", state=JobState.CANCELLED))] == [queued.id]
         assert len(await s.job_list(JobListParams(limit=1))) == 1
-        counts = await s.job_count_by_state(JobCountByStateParams(queue="q2"))
+        counts = await s.job_count_by_state(queue="q2")
         assert counts == {"cancelled": 1, "available": 1}
-        assert sum((await s.job_count_by_state(JobCountByStateParams())).values()) >= 2
+        assert sum((await s.job_count_by_state()).values()) >= 2
 
     run(url, body)
 
 
 def test_rescue_expired_lease(url: str) -> None:
     async def body(s: PostgresStorage) -> None:
-        again, last = await s.job_insert_many(JobInsertManyParams(
-            [job("q3", "again"), job("q3", "last", max_attempts=1)]))
+        again, last = await s.job_insert_many([job("q3", "again"), job("q3", "last", max_attempts=1)])
         claimed = await s.job_fetch_available(JobFetchAvailableParams("q3", 5, "node-3", 0.01))
         assert {j.id for j in claimed} == {again.id, last.id}
         rescued: set[int] = set()
@@ -241,21 +231,21 @@ def test_rescue_expired_lease(url: str) -> None:
             return rescued >= {again.id, last.id}
 
         await wait_until(both_rescued)
-        got = await s.job_get(JobGetParams(again.id))
+        got = await s.job_get(again.id)
         assert got is not None and got.state is JobState.AVAILABLE and got.attempt == 1
         assert got.lease_token is None and got.finished_at is None
         [error] = got.errors
         assert error["error"].startswith("lease expired") and error["attempt"] == 1
         assert error["node"] == "node-3" and error["at"].endswith("Z")
         datetime.fromisoformat(error["at"])
-        dead = await s.job_get(JobGetParams(last.id))
+        dead = await s.job_get(last.id)
         assert dead is not None and dead.state is JobState.DISCARDED and dead.finished_at
         # The worker that lost the lease cannot write its late outcome.
         token = next(j.lease_token for j in claimed if j.id == again.id)
         assert token is not None
         late = JobAck(again.id, token, JobState.COMPLETED)
         assert await s.job_ack_many(JobAckManyParams([late])) == []
-        retried = await s.job_retry(JobRetryParams(last.id))
+        retried = await s.job_retry(last.id)
         assert retried is not None and retried.max_attempts == 2
 
     run(url, body)
@@ -268,7 +258,7 @@ def test_nodes(url: str) -> None:
         async with await psycopg.AsyncConnection.connect(url) as conn:
             cur = await conn.execute("SELECT queues FROM conveyor_nodes WHERE id = 'n1'")
             assert await cur.fetchall() == [({"default": 8},)]
-        await s.node_delete(NodeDeleteParams("n1"))
+        await s.node_delete("n1")
         async with await psycopg.AsyncConnection.connect(url) as conn:
             cur = await conn.execute("SELECT count(*) FROM conveyor_nodes")
             assert await cur.fetchone() == (0,)
@@ -279,22 +269,22 @@ def test_nodes(url: str) -> None:
 def test_transactional_insert(url: str) -> None:
     storage = PostgresStorage(PostgresConfig(url), WakeHub())
     with psycopg.connect(url) as conn:
-        [rolled_back] = storage.job_insert_many_sync(JobInsertManyParams([job("tx", "x")]), conn)
+        [rolled_back] = storage.job_insert_many_sync([job("tx", "x")], conn)
         assert rolled_back.state is JobState.AVAILABLE
         conn.rollback()
-        storage.job_insert_many_sync(JobInsertManyParams([job("tx", "kept")]), conn)
+        storage.job_insert_many_sync([job("tx", "kept")], conn)
         conn.commit()
 
     async def body(s: PostgresStorage) -> None:
         assert [j.task for j in await s.job_list(JobListParams(queue="tx"))] == ["kept"]
         async with await psycopg.AsyncConnection.connect(url) as aconn:
-            await s.job_insert_many(JobInsertManyParams([job("tx", "async")]), aconn)
+            await s.job_insert_many([job("tx", "async")], aconn)
             await aconn.rollback()
             with psycopg.connect(url) as sync_conn:  # a sync connection from async code
-                await s.job_insert_many(JobInsertManyParams([job("tx", "sync")]), sync_conn)
+                await s.job_insert_many([job("tx", "sync")], sync_conn)
         assert [j.task for j in await s.job_list(JobListParams(queue="tx"))] == ["sync", "kept"]
         with pytest.raises(TypeError, match="psycopg"):
-            await s.job_insert_many(JobInsertManyParams([job("tx", "x")]), object())
+            await s.job_insert_many([job("tx", "x")], object())
 
     run(url, body)
 
@@ -309,9 +299,9 @@ def test_listen_wakes_subscribers_only_on_commit(url: str) -> None:
 
         await wait_until(lambda: saw("*"), timeout=2.0)  # the listener is up
         async with await psycopg.AsyncConnection.connect(url) as conn:
-            await s.job_insert_many(JobInsertManyParams([job("ghost", "x")]), conn)
+            await s.job_insert_many([job("ghost", "x")], conn)
             await conn.rollback()
-        await s.job_insert_many(JobInsertManyParams([job("wakeq", "x"), job("wakeq", "y")]))
+        await s.job_insert_many([job("wakeq", "x"), job("wakeq", "y")])
         await wait_until(lambda: saw("wakeq"), timeout=2.0)
         assert "ghost" not in seen and seen.count("wakeq") == 1
 
@@ -327,7 +317,7 @@ def test_listen_wakes_subscribers_only_on_commit(url: str) -> None:
             return seen.count("*") > wildcards
 
         await wait_until(rewoken, timeout=2.0)
-        await s.job_insert_many(JobInsertManyParams([job("after", "x")]))
+        await s.job_insert_many([job("after", "x")])
         await wait_until(lambda: saw("after"), timeout=2.0)
         unsubscribe()
         unsubscribe()
@@ -376,7 +366,7 @@ def test_a_database_that_refuses_connections_is_reported_at_once_then_recovers(
             storage = PostgresStorage(PostgresConfig(db_url, min_size=1, max_size=2),
                                       WakeHub())
             await storage.open(check_schema=False)
-            await storage.migrate(MigrateParams())
+            await storage.migrate()
             took: list[float] = []
             try:
                 _allow_connections(postgres_admin_url, str(name), allow=False)
@@ -384,14 +374,14 @@ def test_a_database_that_refuses_connections_is_reported_at_once_then_recovers(
                     for _ in range(4):
                         started = time.monotonic()
                         with pytest.raises(DatabaseUnavailableError):
-                            await storage.job_count_by_state(JobCountByStateParams())
+                            await storage.job_count_by_state()
                         took.append(time.monotonic() - started)
                 finally:
                     _allow_connections(postgres_admin_url, str(name), allow=True)
 
                 async def works() -> bool:
                     try:
-                        await storage.job_count_by_state(JobCountByStateParams())
+                        await storage.job_count_by_state()
                     except DatabaseUnavailableError:
                         return False
                     return True

@@ -13,6 +13,7 @@ import dataclasses
 import math
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pytest
@@ -32,7 +33,6 @@ from conveyor._runtime.progress import ProgressFlusher
 from conveyor._storage import (
     JobFetchAvailableParams,
     JobProgress,
-    JobProgressManyParams,
     JobRescueExpiredParams,
     Storage,
 )
@@ -62,10 +62,10 @@ class CountingStorage:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def job_progress_many(self, params: JobProgressManyParams) -> list[int]:
+    async def job_progress_many(self, entries: Sequence[JobProgress]) -> list[int]:
         self.progress_writes += 1
-        self.progress_rows += len(params.entries)
-        return await self.inner.job_progress_many(params)
+        self.progress_rows += len(entries)
+        return await self.inner.job_progress_many(entries)
 
 
 # -- values reach get_job from a real worker -----------------------------------------------
@@ -137,10 +137,10 @@ class SlowProgressStorage(CountingStorage):
         super().__init__(inner)
         self.entered = asyncio.Event()
 
-    async def job_progress_many(self, params: JobProgressManyParams) -> list[int]:
+    async def job_progress_many(self, entries: Sequence[JobProgress]) -> list[int]:
         self.entered.set()
         await asyncio.sleep(0.5)
-        return await super().job_progress_many(params)
+        return await super().job_progress_many(entries)
 
 
 def test_a_job_ending_during_a_flush_waits_for_it_before_its_outcome(app: Conveyor) -> None:
@@ -257,7 +257,7 @@ def test_an_attempt_that_lost_its_lease_writes_no_progress(app: Conveyor) -> Non
         after = await job_of(app, job.id)
         assert (after.progress, after.progress_message) == (0.3, "attempt 1")
         late = JobProgress(first.id, first.lease_token or 0, 0.95, "late", '{"x": 1}')
-        assert await storage.job_progress_many(JobProgressManyParams([late])) == []
+        assert await storage.job_progress_many([late]) == []
         fresh = ProgressEntry(second)
         fresh.set_progress(0.6, "attempt 2")
         assert await ProgressFlusher(storage, lambda: [fresh], 1.0).run_once() == 1

@@ -15,20 +15,12 @@ from conveyor import Conveyor, JobState
 from conveyor._storage import (
     JobAck,
     JobAckManyParams,
-    JobCancelParams,
-    JobCountByStateParams,
     JobFetchAvailableParams,
-    JobGetParams,
     JobHeartbeatManyParams,
     JobInsert,
-    JobInsertManyParams,
     JobLease,
     JobListParams,
     JobRescueExpiredParams,
-    JobRetryParams,
-    JobStageDueParams,
-    NodeDeleteParams,
-    NodeListParams,
     NodeUpsertParams,
     StagedJob,
     Storage,
@@ -82,7 +74,7 @@ def test_both_backends_implement_every_protocol_method() -> None:
 
 def test_insert_returns_rows_in_order_with_states(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        jobs = await s.job_insert_many(JobInsertManyParams([ins(), ins(delay=60), ins(queue="q2")]))
+        jobs = await s.job_insert_many([ins(), ins(delay=60), ins(queue="q2")])
         assert [j.id for j in jobs] == sorted(j.id for j in jobs)
         assert [j.state for j in jobs] == [JobState.AVAILABLE, JobState.SCHEDULED, JobState.AVAILABLE]
         assert jobs[0].args == [1] and jobs[0].kwargs == {"k": "v"} and jobs[0].tags == ["a"]
@@ -94,9 +86,8 @@ def test_insert_returns_rows_in_order_with_states(app: Conveyor) -> None:
 
 def test_fetch_claims_by_priority_within_limit_and_queue(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams(
-            [ins(priority=0), ins(priority=5), ins(priority=1), ins(queue="other"), ins(delay=60)]
-        ))
+        await s.job_insert_many([ins(priority=0), ins(priority=5), ins(priority=1),
+                                 ins(queue="other"), ins(delay=60)])
         got = await s.job_fetch_available(fetch(limit=2))
         assert [j.priority for j in got] == [5, 1]
         assert all(j.state == JobState.RUNNING and j.attempt == 1 for j in got)
@@ -111,7 +102,7 @@ def test_fetch_claims_by_priority_within_limit_and_queue(app: Conveyor) -> None:
 
 def test_concurrent_fetches_never_claim_a_job_twice(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams([ins() for _ in range(300)]))
+        await s.job_insert_many([ins() for _ in range(300)])
         batches = await asyncio.gather(*(s.job_fetch_available(fetch(limit=7)) for _ in range(60)))
         ids = [j.id for batch in batches for j in batch]
         assert len(ids) == len(set(ids)) == 300
@@ -121,7 +112,7 @@ def test_concurrent_fetches_never_claim_a_job_twice(app: Conveyor) -> None:
 
 def test_ack_is_fenced_by_lease_token(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams([ins()]))
+        await s.job_insert_many([ins()])
         (job,) = await s.job_fetch_available(fetch())
         assert job.lease_token is not None
         stale = JobAck(job.id, job.lease_token + 1, JobState.COMPLETED, result_json='"late"')
@@ -130,7 +121,7 @@ def test_ack_is_fenced_by_lease_token(app: Conveyor) -> None:
         assert await s.job_ack_many(JobAckManyParams([good])) == [job.id]
         # The same ack again no longer holds the lease: nothing changes.
         assert await s.job_ack_many(JobAckManyParams([good])) == []
-        done = await s.job_get(JobGetParams(job.id))
+        done = await s.job_get(job.id)
         assert done is not None and done.state == JobState.COMPLETED
         assert done.result == {"ok": True} and done.finished_at is not None
         assert done.lease_token is None and done.lease_owner is None
@@ -140,7 +131,7 @@ def test_ack_is_fenced_by_lease_token(app: Conveyor) -> None:
 
 def test_ack_batch_applies_mixed_outcomes(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams([ins() for _ in range(4)]))
+        await s.job_insert_many([ins() for _ in range(4)])
         a, b, c, d = await s.job_fetch_available(fetch())
         err = json.dumps({"attempt": 1, "error": "ValueError: x"})
         acks = [
@@ -162,14 +153,14 @@ def test_ack_batch_applies_mixed_outcomes(app: Conveyor) -> None:
 
 def test_stage_due_moves_only_due_jobs(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams([ins(delay=0.05, queue="soon"), ins(delay=3600)]))
+        await s.job_insert_many([ins(delay=0.05, queue="soon"), ins(delay=3600)])
         deadline = asyncio.get_running_loop().time() + 5
         staged: list[StagedJob] = []
         while not staged and asyncio.get_running_loop().time() < deadline:
-            staged = await s.job_stage_due(JobStageDueParams())
+            staged = await s.job_stage_due()
             await asyncio.sleep(0.02)
         assert [(j.queue, j.previous) for j in staged] == [("soon", JobState.SCHEDULED)]
-        counts = await s.job_count_by_state(JobCountByStateParams())
+        counts = await s.job_count_by_state()
         assert counts == {"available": 1, "scheduled": 1}
 
     run(app, body)
@@ -177,14 +168,14 @@ def test_stage_due_moves_only_due_jobs(app: Conveyor) -> None:
 
 def test_heartbeat_extends_held_leases_and_reports_cancels(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams([ins(), ins()]))
+        await s.job_insert_many([ins(), ins()])
         a, b = await s.job_fetch_available(fetch(ttl=5))
-        await s.job_cancel(JobCancelParams(b.id))
+        await s.job_cancel(b.id)
         leases = [JobLease(a.id, a.lease_token or 0), JobLease(b.id, b.lease_token or 0),
                   JobLease(a.id, (a.lease_token or 0) + 1)]
         result = await s.job_heartbeat_many(JobHeartbeatManyParams(leases, lease_ttl=600))
         assert result.held == {a.id, b.id} and result.cancel_requested == {b.id}
-        after = await s.job_get(JobGetParams(a.id))
+        after = await s.job_get(a.id)
         assert after is not None and after.lease_expires_at is not None
         assert a.lease_expires_at is not None and after.lease_expires_at > a.lease_expires_at
 
@@ -193,7 +184,7 @@ def test_heartbeat_extends_held_leases_and_reports_cancels(app: Conveyor) -> Non
 
 def test_rescue_returns_expired_jobs_and_counts_the_attempt(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams([ins(max_attempts=2), ins(max_attempts=1)]))
+        await s.job_insert_many([ins(max_attempts=2), ins(max_attempts=1)])
         a, b = await s.job_fetch_available(fetch(ttl=0.01))
         rescued: list[int] = []
         deadline = asyncio.get_running_loop().time() + 5
@@ -201,7 +192,7 @@ def test_rescue_returns_expired_jobs_and_counts_the_attempt(app: Conveyor) -> No
             rescued += await s.job_rescue_expired(JobRescueExpiredParams())
             await asyncio.sleep(0.02)
         assert sorted(rescued) == sorted([a.id, b.id])
-        ra, rb = await s.job_get(JobGetParams(a.id)), await s.job_get(JobGetParams(b.id))
+        ra, rb = await s.job_get(a.id), await s.job_get(b.id)
         assert ra is not None and rb is not None
         assert ra.state == JobState.AVAILABLE and ra.attempt == 1 and ra.lease_token is None
         assert rb.state == JobState.DISCARDED and rb.finished_at is not None
@@ -215,12 +206,11 @@ def test_rescue_returns_expired_jobs_and_counts_the_attempt(app: Conveyor) -> No
 
 def test_delete_by_queue_removes_every_job_of_that_queue_only(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams(
-            [ins(queue="bench"), ins(queue="bench", delay=60), ins(queue="bench"), ins()]))
+        await s.job_insert_many([ins(queue="bench"), ins(queue="bench", delay=60), ins(queue="bench"), ins()])
         await s.job_fetch_available(fetch(queue="bench", limit=1))  # one of them running
         assert await s.job_delete_by_queue("bench") == 3
-        assert await s.job_count_by_state(JobCountByStateParams(queue="bench")) == {}
-        assert await s.job_count_by_state(JobCountByStateParams()) == {"available": 1}
+        assert await s.job_count_by_state(queue="bench") == {}
+        assert await s.job_count_by_state() == {"available": 1}
         assert await s.job_delete_by_queue("bench") == 0
 
     run(app, body)
@@ -228,13 +218,13 @@ def test_delete_by_queue_removes_every_job_of_that_queue_only(app: Conveyor) -> 
 
 def test_cancel_requested_turns_a_retry_into_cancelled(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams([ins()]))
+        await s.job_insert_many([ins()])
         (a,) = await s.job_fetch_available(fetch())
-        flagged = await s.job_cancel(JobCancelParams(a.id))
+        flagged = await s.job_cancel(a.id)
         assert flagged is not None and flagged.state == JobState.RUNNING and flagged.cancel_requested
         ack = JobAck(a.id, a.lease_token or 0, JobState.RETRYABLE, delay=1, error_json='{"e":1}')
         assert await s.job_ack_many(JobAckManyParams([ack])) == [a.id]
-        final = await s.job_get(JobGetParams(a.id))
+        final = await s.job_get(a.id)
         assert final is not None and final.state == JobState.CANCELLED and final.finished_at
 
     run(app, body)
@@ -242,35 +232,33 @@ def test_cancel_requested_turns_a_retry_into_cancelled(app: Conveyor) -> None:
 
 def test_cancel_and_retry_follow_the_state_machine(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        a, b = await s.job_insert_many(JobInsertManyParams([ins(), ins(max_attempts=1)]))
-        cancelled = await s.job_cancel(JobCancelParams(a.id))
+        a, b = await s.job_insert_many([ins(), ins(max_attempts=1)])
+        cancelled = await s.job_cancel(a.id)
         assert cancelled is not None and cancelled.state == JobState.CANCELLED
-        assert await s.job_cancel(JobCancelParams(a.id)) is None  # already final
+        assert await s.job_cancel(a.id) is None  # already final
         (running,) = await s.job_fetch_available(fetch())
-        assert await s.job_retry(JobRetryParams(running.id)) is None  # running: not retryable
+        assert await s.job_retry(running.id) is None  # running: not retryable
         ack = JobAck(b.id, running.lease_token or 0, JobState.DISCARDED, error_json='{"e":1}')
         await s.job_ack_many(JobAckManyParams([ack]))
-        retried = await s.job_retry(JobRetryParams(b.id))
+        retried = await s.job_retry(b.id)
         assert retried is not None and retried.state == JobState.AVAILABLE
         assert retried.max_attempts == 2 and retried.finished_at is None
-        assert await s.job_get(JobGetParams(10**9)) is None
-        assert await s.job_retry(JobRetryParams(10**9)) is None
+        assert await s.job_get(10**9) is None
+        assert await s.job_retry(10**9) is None
 
     run(app, body)
 
 
 def test_list_filters_and_paginates_newest_first(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        jobs = await s.job_insert_many(JobInsertManyParams(
-            [ins(task="x") for _ in range(5)] + [ins(task="y", queue="q")]
-        ))
+        jobs = await s.job_insert_many([ins(task="x") for _ in range(5)] + [ins(task="y", queue="q")])
         page = await s.job_list(JobListParams(task="x", limit=3))
         assert [j.id for j in page] == [j.id for j in jobs[:5]][::-1][:3]
         nxt = await s.job_list(JobListParams(task="x", limit=3, before_id=page[-1].id))
         assert [j.id for j in nxt] == [jobs[1].id, jobs[0].id]
         assert [j.task for j in await s.job_list(JobListParams(queue="q"))] == ["y"]
         assert await s.job_list(JobListParams(state=JobState.RUNNING)) == []
-        counts = await s.job_count_by_state(JobCountByStateParams(queue="q"))
+        counts = await s.job_count_by_state(queue="q")
         assert counts == {"available": 1}
 
     run(app, body)
@@ -281,7 +269,7 @@ def test_node_upsert_and_delete(app: Conveyor) -> None:
         node = NodeUpsertParams(id="n1", hostname="h", pid=1, queues_json='{"default":1}',
                                 tasks_json='["t1","t2"]', ttl=15)
         await s.node_upsert(node)
-        first = {n.id: n for n in await s.node_list(NodeListParams())}
+        first = {n.id: n for n in await s.node_list()}
         assert list(first) == ["n1"]
         listed = first["n1"]
         assert (listed.hostname, listed.pid, listed.queues, listed.tasks, listed.ttl) == (
@@ -291,12 +279,12 @@ def test_node_upsert_and_delete(app: Conveyor) -> None:
         # a heartbeat is the same upsert: it updates the row (not a second one) and keeps
         # the start time
         await s.node_upsert(dataclasses.replace(node, queues_json='{"q":3}', ttl=20))
-        again = await s.node_list(NodeListParams())
+        again = await s.node_list()
         assert [(n.id, n.pid, n.queues, n.ttl) for n in again] == [("n1", 1, {"q": 3}, 20)]
         assert again[0].started_at == listed.started_at
         assert again[0].heartbeat_at >= listed.heartbeat_at
-        await s.node_delete(NodeDeleteParams("n1"))
-        assert await s.node_list(NodeListParams()) == []
+        await s.node_delete("n1")
+        assert await s.node_list() == []
 
     run(app, body)
 
@@ -326,7 +314,7 @@ def test_wake_subscribers_hear_about_new_jobs(app: Conveyor) -> None:
             while not heard.empty():
                 drained.append(heard.get_nowait())
             assert drained == []  # nothing else is inserting
-            await s.job_insert_many(JobInsertManyParams([ins(queue="wake")]))
+            await s.job_insert_many([ins(queue="wake")])
             # the insert wakes its own queue by name ("*" would wake every producer)
             assert await next_wake("wake") == "wake"
         finally:

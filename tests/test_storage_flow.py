@@ -11,26 +11,19 @@ import psycopg
 
 from conveyor import Conveyor, JobState
 from conveyor._storage import (
-    ConcurrencyAcquireParams,
     ConcurrencyGroup,
-    ConcurrencyHoldersParams,
     JobAck,
     JobAckManyParams,
-    JobCountAheadParams,
     JobInsert,
-    JobInsertManyParams,
     JobListParams,
     JobPruneParams,
     JobRescueExpiredParams,
     LeaderElectParams,
     LeaderResignParams,
-    NodeListParams,
     NodeUpsertParams,
     QueueUpdateParams,
-    RateLimitAcquireParams,
     RateRequest,
     ScheduleAdvanceParams,
-    ScheduleDeleteParams,
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
     Storage,
@@ -70,9 +63,9 @@ def test_queue_update_changes_only_flagged_fields(app: Conveyor) -> None:
 def test_nodes_are_listed_with_liveness(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
         await s.node_upsert(NodeUpsertParams("n1", "host", 7, '{"default": 5}', '["a", "b"]', ttl=15))
-        (node,) = await s.node_list(NodeListParams(live_within=60))
+        (node,) = await s.node_list(live_within=60)
         assert node.queues == {"default": 5} and node.tasks == ["a", "b"] and node.alive
-        (node,) = await s.node_list(NodeListParams(live_within=-1))
+        (node,) = await s.node_list(live_within=-1)
         assert not node.alive
 
     run(app, body)
@@ -98,19 +91,19 @@ def test_each_node_is_alive_for_its_own_ttl(app: Conveyor, db_url: str) -> None:
     async def body(s: Storage) -> None:
         await s.node_upsert(NodeUpsertParams("slow", "host", 1, "{}", ttl=60))
         await s.node_upsert(NodeUpsertParams("fast", "host", 2, "{}", ttl=5))
-        await s.job_insert_many(JobInsertManyParams([ins(), ins()]))
+        await s.job_insert_many([ins(), ins()])
         (on_slow,) = await s.job_fetch_available(fetch(limit=1, ttl=300, owner="slow"))
         (on_fast,) = await s.job_fetch_available(fetch(limit=1, ttl=300, owner="fast"))
         for node in ("slow", "fast"):
             await asyncio.to_thread(_backdate_heartbeat, db_url, node, 20)
-        nodes = {n.id: n for n in await s.node_list(NodeListParams())}
+        nodes = {n.id: n for n in await s.node_list()}
         assert (nodes["slow"].ttl, nodes["slow"].alive) == (60, True)
         assert (nodes["fast"].ttl, nodes["fast"].alive) == (5, False)
-        assert all(n.alive for n in await s.node_list(NodeListParams(live_within=30)))
+        assert all(n.alive for n in await s.node_list(live_within=30))
         assert await s.job_rescue_expired(JobRescueExpiredParams()) == [on_fast.id]
         assert await s.job_rescue_expired(JobRescueExpiredParams(node_ttl=10)) == [on_slow.id]
         await s.job_prune(JobPruneParams(completed_age=3600, discarded_age=3600, node_age=10))
-        assert [n.id for n in await s.node_list(NodeListParams())] == ["slow"]
+        assert [n.id for n in await s.node_list()] == ["slow"]
 
     run(app, body)
 
@@ -155,7 +148,7 @@ def test_schedules_keep_runtime_state_across_redeclaration(app: Conveyor) -> Non
         (row,) = await s.schedule_list()
         assert row.cron == "0 4 * * *" and row.paused and row.args == [1]
         assert row.last_tick == tick and row.last_job_id == 5  # never moves back
-        assert await s.schedule_delete(ScheduleDeleteParams("nightly"))
+        assert await s.schedule_delete("nightly")
         assert await s.schedule_list() == []
 
     run(app, body)
@@ -164,12 +157,12 @@ def test_schedules_keep_runtime_state_across_redeclaration(app: Conveyor) -> Non
 def test_rate_limit_budget_is_shared_and_refills(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
         req = RateRequest("task:x", interval=0.2, burst=2, count=5)
-        (first,) = await s.rate_limit_acquire(RateLimitAcquireParams([req]))
+        (first,) = await s.rate_limit_acquire([req])
         assert first.granted == 2 and 0 < first.wait <= 0.2 + 1e-6
-        (second,) = await s.rate_limit_acquire(RateLimitAcquireParams([req]))
+        (second,) = await s.rate_limit_acquire([req])
         assert second.granted == 0 and second.wait > 0
         await asyncio.sleep(second.wait + 0.01)  # the budget refills with time: that is the test
-        (third,) = await s.rate_limit_acquire(RateLimitAcquireParams([req]))
+        (third,) = await s.rate_limit_acquire([req])
         assert third.granted == 1
 
     run(app, body)
@@ -180,20 +173,20 @@ def test_concurrency_slots_never_exceed_the_key_limit(app: Conveyor) -> None:
         rows = [JobInsert(task="t", queue="default", args_json="[]", kwargs_json="{}",
                           priority=0, max_attempts=3, tags_json="[]", meta_json="{}",
                           concurrency_key="user:1") for _ in range(3)]
-        await s.job_insert_many(JobInsertManyParams(rows))
+        await s.job_insert_many(rows)
         jobs = await s.job_fetch_available(fetch())
         leases = [(j.id, j.lease_token or 0) for j in jobs]
         got = await s.job_concurrency_acquire(
-            ConcurrencyAcquireParams([ConcurrencyGroup("user:1", 1, leases)]))
+            [ConcurrencyGroup("user:1", 1, leases)])
         assert got == {jobs[0].id}
-        assert await s.job_concurrency_holders(ConcurrencyHoldersParams("user:1")) == [jobs[0].id]
+        assert await s.job_concurrency_holders("user:1") == [jobs[0].id]
         none = await s.job_concurrency_acquire(
-            ConcurrencyAcquireParams([ConcurrencyGroup("user:1", 1, leases[1:])]))
+            [ConcurrencyGroup("user:1", 1, leases[1:])])
         assert none == frozenset()
         await s.job_ack_many(JobAckManyParams(
             [JobAck(jobs[0].id, jobs[0].lease_token or 0, JobState.COMPLETED)]))
         nxt = await s.job_concurrency_acquire(
-            ConcurrencyAcquireParams([ConcurrencyGroup("user:1", 1, leases[1:])]))
+            [ConcurrencyGroup("user:1", 1, leases[1:])])
         assert nxt == {jobs[1].id}
 
     run(app, body)
@@ -207,17 +200,17 @@ def test_unique_keys_return_the_live_holder(app: Conveyor) -> None:
 
     async def body(s: Storage) -> None:
         a, b, dup, c = await s.job_insert_many(
-            JobInsertManyParams([uniq("k1"), ins(), uniq("k1"), uniq("k2")]))
+            [uniq("k1"), ins(), uniq("k1"), uniq("k2")])
         assert not a.duplicate and not b.duplicate and not c.duplicate
         assert dup.duplicate and dup.id == a.id
-        (again,) = await s.job_insert_many(JobInsertManyParams([uniq("k1")]))
+        (again,) = await s.job_insert_many([uniq("k1")])
         assert again.duplicate and again.id == a.id
         # Once the holder leaves the unique states, the key is free again.
         claimed = await s.job_fetch_available(fetch())
         holder = next(j for j in claimed if j.id == a.id)
         await s.job_ack_many(JobAckManyParams(
             [JobAck(holder.id, holder.lease_token or 0, JobState.COMPLETED)]))
-        (fresh,) = await s.job_insert_many(JobInsertManyParams([uniq("k1")]))
+        (fresh,) = await s.job_insert_many([uniq("k1")])
         assert not fresh.duplicate and fresh.id != a.id
 
     run(app, body)
@@ -225,10 +218,9 @@ def test_unique_keys_return_the_live_holder(app: Conveyor) -> None:
 
 def test_count_ahead_and_prune(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        jobs = await s.job_insert_many(JobInsertManyParams(
-            [ins(priority=1), ins(), ins(), ins(priority=5)]))
-        assert await s.job_count_ahead(JobCountAheadParams(jobs[2].id)) == 3
-        assert await s.job_count_ahead(JobCountAheadParams(jobs[3].id)) == 0
+        jobs = await s.job_insert_many([ins(priority=1), ins(), ins(), ins(priority=5)])
+        assert await s.job_count_ahead(jobs[2].id) == 3
+        assert await s.job_count_ahead(jobs[3].id) == 0
         claimed = await s.job_fetch_available(fetch(limit=2))
         err = json.dumps({"error": "x"})
         await s.job_ack_many(JobAckManyParams([

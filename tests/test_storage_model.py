@@ -30,16 +30,12 @@ from conveyor import Job, JobState
 from conveyor._storage import (
     JobAck,
     JobAckManyParams,
-    JobCancelParams,
     JobFetchAvailableParams,
     JobHeartbeatManyParams,
     JobInsert,
-    JobInsertManyParams,
     JobLease,
     JobListParams,
     JobRescueExpiredParams,
-    JobRetryParams,
-    JobStageDueParams,
     Storage,
     WakeHub,
     create_storage,
@@ -112,7 +108,7 @@ class StorageMachine(RuleBasedStateMachine):
         inserts = [JobInsert(task="t", queue=queue, args_json="[]", kwargs_json="{}",
                              priority=priority, max_attempts=max_attempts, tags_json="[]",
                              meta_json="{}", delay=delay) for _ in range(n)]
-        got = self.run(self.storage.job_insert_many(JobInsertManyParams(inserts)))
+        got = self.run(self.storage.job_insert_many(inserts))
         state = S.SCHEDULED if delay == FAR else S.AVAILABLE
         assert [j.state for j in got] == [state] * n
         for job in got:
@@ -182,7 +178,7 @@ class StorageMachine(RuleBasedStateMachine):
         m = self.pick(index)
         if m is None:
             return
-        got = self.run(self.storage.job_cancel(JobCancelParams(m.id)))
+        got = self.run(self.storage.job_cancel(m.id))
         if m.state in WAITING:
             m.state, m.cancel_requested = S.CANCELLED, False
         elif m.state == S.RUNNING:
@@ -207,7 +203,7 @@ class StorageMachine(RuleBasedStateMachine):
         m = self.pick(index)
         if m is None:
             return
-        got = self.run(self.storage.job_retry(JobRetryParams(m.id)))
+        got = self.run(self.storage.job_retry(m.id))
         if m.state in (S.AVAILABLE, S.RUNNING):
             assert got is None
             return
@@ -217,7 +213,7 @@ class StorageMachine(RuleBasedStateMachine):
 
     @rule()
     def stage(self) -> None:
-        got = self.run(self.storage.job_stage_due(JobStageDueParams()))
+        got = self.run(self.storage.job_stage_due())
         due = [m for m in self.jobs.values() if m.state in (S.SCHEDULED, S.RETRYABLE) and m.due]
         assert sorted((j.id, j.previous) for j in got) == sorted((m.id, m.state) for m in due)
         for m in due:

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 from conveyor import Cancel, Conveyor, Discard, JobState, Snooze, current_job
 from conveyor._runtime import Worker
-from conveyor._storage import JobInsert, JobInsertManyParams, Storage
+from conveyor._storage import JobInsert, Storage
 
 from ._runtime_util import FAST, all_final, in_state, run_worker_until
 
@@ -157,11 +157,11 @@ def test_unknown_task_and_unfit_args_are_discarded_and_the_worker_goes_on(app: C
         storage = await app.storage()
         base = JobInsert(task="greet", queue="default", args_json="[]", kwargs_json="{}",
                          priority=0, max_attempts=5, tags_json="[]", meta_json="{}")
-        ghost, unfit, good = await storage.job_insert_many(JobInsertManyParams([
+        ghost, unfit, good = await storage.job_insert_many([
             dataclasses.replace(base, task="no_such_task"),
             dataclasses.replace(base, kwargs_json='{"nom": "x"}'),
             dataclasses.replace(base, args_json='["ada"]'),
-        ]))
+        ])
         await run_worker_until(app, all_final(app),
                                dataclasses.replace(FAST, unknown_task_timeout=0))
         g, u, ok = [await app.get_job_async(j.id) for j in (ghost, unfit, good)]

@@ -29,7 +29,6 @@ from conveyor._storage import (
     JobAck,
     JobAckManyParams,
     JobFetchAvailableParams,
-    JobGetParams,
     WakeHub,
     create_storage,
 )
@@ -288,7 +287,7 @@ async def _race_fan_in(wf: WorkflowTasks, db_url: str) -> None:
                                                         JobState.COMPLETED, result_json='"r"')],
                                                 f"n{i}"))
                 for i, (s, c) in enumerate(zip(nodes, claimed, strict=True))))
-            fan_in = await nodes[0].job_get(JobGetParams(run.jobs[2].id))
+            fan_in = await nodes[0].job_get(run.jobs[2].id)
             assert fan_in is not None and fan_in.state is JobState.AVAILABLE
             assert fan_in.deps_pending == 0 and fan_in.kwargs["results"] == ["r", "r"]
             again = [await s.job_fetch_available(JobFetchAvailableParams("wf", 10, "n", 30))

@@ -12,12 +12,7 @@ from ._job import FINAL_STATES, Job, JobState
 from ._limits import RateLimit
 from ._redact import erase, secret_values
 from ._storage import (
-    ConcurrencyHoldersParams,
-    JobCountAheadParams,
-    JobGetParams,
-    NodeListParams,
     QueueRow,
-    RateLimitGetParams,
     Storage,
 )
 from ._task import Task
@@ -79,7 +74,7 @@ def _settled(job: Job, now: datetime) -> list[str] | None:
 
 async def _node_notes(storage: Storage, node_id: str | None) -> list[str]:
     """Who holds a running job: the node's host, the app version it runs, its labels."""
-    node = next((n for n in await storage.node_list(NodeListParams()) if n.id == node_id), None)
+    node = next((n for n in await storage.node_list() if n.id == node_id), None)
     if node is None:
         return [f"node {node_id} is not registered (gone): the job is rescued when its "
                 "lease runs out"]
@@ -99,14 +94,14 @@ async def _limits(task: Task[Any, Any] | None, job: Job, queue: QueueRow | None,
     if queue is not None and queue.rate_limit:
         limits.append((f"queue:{job.queue}", RateLimit(queue.rate_limit)))
     for key, limit in limits:
-        tat = await storage.rate_limit_get(RateLimitGetParams(key))
+        tat = await storage.rate_limit_get(key)
         allowed_at = (tat or 0) - (limit.burst - 1) * limit.interval
         if allowed_at > now.timestamp():
             refill = datetime.fromtimestamp(allowed_at, now.tzinfo)
             out.append(f"rate limit {limit.rate} for key {key!r} is used up; the next start "
                        f"is allowed at {_in(now, refill)}")
     if task is not None and task.defaults.concurrency and job.concurrency_key:
-        holders = await storage.job_concurrency_holders(ConcurrencyHoldersParams(job.concurrency_key))
+        holders = await storage.job_concurrency_holders(job.concurrency_key)
         if len(holders) >= task.defaults.concurrency:
             out.append(f"concurrency limit {task.defaults.concurrency} for key "
                        f"{job.concurrency_key!r} is reached; held by job(s) "
@@ -160,7 +155,7 @@ async def _cooldown(job: Job, storage: Storage, now: datetime) -> list[str]:
 
 async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id: int) -> Explanation:
     """Read what concerns the job (its row, its queue, the live nodes, its limits)."""
-    job = await storage.job_get(JobGetParams(job_id))
+    job = await storage.job_get(job_id)
     if job is None:
         raise JobNotFoundError(f"no job with id {job_id}")
     now = await storage.clock_now()
@@ -182,7 +177,7 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
     queue = next((q for q in await storage.queue_list() if q.name == job.queue), None)
     if queue is not None and queue.paused:
         reasons.append(f"queue {job.queue!r} is paused (conveyor queues resume {job.queue})")
-    serving = [n for n in await storage.node_list(NodeListParams())
+    serving = [n for n in await storage.node_list()
                if n.alive and job.queue in n.queues]
     if not serving:
         reasons.append(f"no live worker serves queue {job.queue!r}")
@@ -193,7 +188,7 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
     reasons += await _cooldown(job, storage, now)
     reasons += await _limits(tasks.get(job.task), job, queue, storage, now)
     if job.state == JobState.AVAILABLE and not reasons:
-        ahead = await storage.job_count_ahead(JobCountAheadParams(job.id))
+        ahead = await storage.job_count_ahead(job.id)
         notes.insert(0, "nothing holds it back: it is next" if ahead == 0 else
                      f"nothing holds it back: {ahead} job(s) are ahead of it in queue {job.queue!r}")
     return Explanation(job, reasons, notes if notes or reasons else ["nothing holds it back"])

@@ -23,18 +23,13 @@ from ._storage import (
     JobAck,
     JobAckManyParams,
     JobBulkParams,
-    JobCancelParams,
     JobChanged,
     JobClaimOneParams,
     JobFetchAvailableParams,
-    JobGetParams,
-    JobInsertManyParams,
+    JobInsert,
     JobPurgeBatch,
     JobPurgeParams,
     JobRescueExpiredParams,
-    JobRetryParams,
-    JobStageDueParams,
-    JobStageEarlyParams,
     StagedJob,
     Storage,
 )
@@ -103,12 +98,13 @@ class ObservedStorage:
 
     # -- enqueue --------------------------------------------------------------------------
 
-    async def job_insert_many(self, params: JobInsertManyParams, connection: Any = None) -> list[Job]:
-        jobs = await self.inner.job_insert_many(params, connection)
+    async def job_insert_many(self, jobs: Sequence[JobInsert], connection: Any = None
+                              ) -> list[Job]:
+        inserted = await self.inner.job_insert_many(jobs, connection)
         # In the caller's transaction (connection=) nothing is persisted yet: no event.
         if self.hooks.listeners and connection is None:
-            self.hooks.emit_jobs([j for j in jobs if not j.duplicate], None, self.source)
-        return jobs
+            self.hooks.emit_jobs([j for j in inserted if not j.duplicate], None, self.source)
+        return inserted
 
     async def compose(self, params: ComposeParams, connection: Any = None) -> Composed:
         """Workflows and batches: their jobs' enqueue events. Releases and cancels that a
@@ -118,23 +114,23 @@ class ObservedStorage:
             self.hooks.emit_jobs(composed.jobs, None, self.source)
         return composed
 
-    def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
-        jobs = self.inner.job_insert_many_blocking(params)
+    def job_insert_many_blocking(self, jobs: Sequence[JobInsert]) -> list[Job]:
+        inserted = self.inner.job_insert_many_blocking(jobs)
         if self.hooks.listeners:
-            self.hooks.emit_jobs([j for j in jobs if not j.duplicate], None, self.source)
-        return jobs
+            self.hooks.emit_jobs([j for j in inserted if not j.duplicate], None, self.source)
+        return inserted
 
-    async def job_insert_ids(self, params: JobInsertManyParams, connection: Any = None
+    async def job_insert_ids(self, jobs: Sequence[JobInsert], connection: Any = None
                              ) -> list[int]:
         """Only ids: unless someone listens, whose events need the Jobs."""
         if self.hooks.listeners and connection is None:
-            return [j.id for j in await self.job_insert_many(params)]
-        return await self.inner.job_insert_ids(params, connection)
+            return [j.id for j in await self.job_insert_many(jobs)]
+        return await self.inner.job_insert_ids(jobs, connection)
 
-    def job_insert_ids_blocking(self, params: JobInsertManyParams) -> list[int]:
+    def job_insert_ids_blocking(self, jobs: Sequence[JobInsert]) -> list[int]:
         if self.hooks.listeners:
-            return [j.id for j in self.job_insert_many_blocking(params)]
-        return self.inner.job_insert_ids_blocking(params)
+            return [j.id for j in self.job_insert_many_blocking(jobs)]
+        return self.inner.job_insert_ids_blocking(jobs)
 
     # -- the worker's hot path: claims and outcomes ------------------------------------------
 
@@ -186,15 +182,15 @@ class ObservedStorage:
 
     # -- services ----------------------------------------------------------------------------
 
-    async def job_stage_due(self, params: JobStageDueParams) -> list[StagedJob]:
-        staged = await self.inner.job_stage_due(params)
+    async def job_stage_due(self, *, limit: int = 5000) -> list[StagedJob]:
+        staged = await self.inner.job_stage_due(limit=limit)
         if staged and self.hooks.listeners:
             self._emit([StateChange(j.id, j.task, j.queue, j.attempt, JobState.AVAILABLE,
                                     j.previous, self.source) for j in staged])
         return staged
 
-    async def job_stage_early(self, params: JobStageEarlyParams) -> list[StagedJob]:
-        staged = await self.inner.job_stage_early(params)
+    async def job_stage_early(self, *, queue: str | None = None) -> list[StagedJob]:
+        staged = await self.inner.job_stage_early(queue=queue)
         if staged and self.hooks.listeners:
             self._emit([StateChange(j.id, j.task, j.queue, j.attempt, JobState.AVAILABLE,
                                     j.previous, self.source) for j in staged])
@@ -204,7 +200,7 @@ class ObservedStorage:
         ids = await self.inner.job_rescue_expired(params)
         if ids and self.hooks.listeners:
             # Rescues are rare: read the rows back only when someone listens.
-            jobs = [await self.inner.job_get(JobGetParams(i)) for i in ids]
+            jobs = [await self.inner.job_get(i) for i in ids]
             self.hooks.emit_jobs([j for j in jobs if j is not None], JobState.RUNNING, self.source)
         return ids
 
@@ -213,18 +209,18 @@ class ObservedStorage:
     async def _state_before(self, job_id: int) -> JobState | None:
         if not self.hooks.listeners:
             return None
-        job = await self.inner.job_get(JobGetParams(job_id))
+        job = await self.inner.job_get(job_id)
         return job.state if job is not None else None
 
-    async def job_retry(self, params: JobRetryParams) -> Job | None:
-        before = await self._state_before(params.id)
-        job = await self.inner.job_retry(params)
+    async def job_retry(self, job_id: int) -> Job | None:
+        before = await self._state_before(job_id)
+        job = await self.inner.job_retry(job_id)
         self.hooks.changed(job, before, self.source)
         return job
 
-    async def job_cancel(self, params: JobCancelParams) -> Job | None:
-        before = await self._state_before(params.id)
-        job = await self.inner.job_cancel(params)
+    async def job_cancel(self, job_id: int) -> Job | None:
+        before = await self._state_before(job_id)
+        job = await self.inner.job_cancel(job_id)
         self.hooks.changed(job, before, self.source)
         return job
 

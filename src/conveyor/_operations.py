@@ -15,10 +15,8 @@ from ._app import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_st
 from ._job import Job, JobState
 from ._storage import (
     DbHealth,
-    DbHealthParams,
     DepthPoint,
     FailureGroup,
-    JobCountByQueueParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
     JobFilter,
@@ -70,7 +68,7 @@ class Operations:
         """Asked of a fresh storage that is never opened: opening SQLite would create a
         missing database file, and a health check must not."""
         probe = create_storage(self.app.url, WakeHub(), 1)
-        return await probe.db_health(DbHealthParams(timeout))
+        return await probe.db_health(timeout=timeout)
 
     async def delete_queue_jobs(self, queue: str) -> int:
         """Delete every job of ``queue`` (``conveyor bench`` cleans its own queue)."""
@@ -81,7 +79,7 @@ class Operations:
     async def count_by_queue(self, cap: int) -> list[StateCount]:
         """Jobs per queue and state; final states stop counting at ``cap``."""
         storage = await self.app.storage()
-        return await storage.job_count_by_queue(JobCountByQueueParams(cap))
+        return await storage.job_count_by_queue(final_cap=cap)
 
     async def queue_rows(self) -> list[QueueRow]:
         return await (await self.app.storage()).queue_list()

@@ -19,15 +19,11 @@ from conveyor import Job, JobState
 from conveyor._storage import (
     JobAck,
     JobAckManyParams,
-    JobCancelParams,
     JobFetchAvailableParams,
-    JobGetParams,
     JobHeartbeatManyParams,
     JobInsert,
-    JobInsertManyParams,
     JobLease,
     JobRescueExpiredParams,
-    JobRetryParams,
     Storage,
     WakeHub,
     create_storage,
@@ -39,10 +35,9 @@ from .test_processes import backend_of, finish
 BATCH = 25
 
 
-def insert(n: int) -> JobInsertManyParams:
-    return JobInsertManyParams([JobInsert(task="race", queue="race", args_json="[]",
-                                          kwargs_json="{}", priority=0, max_attempts=5,
-                                          tags_json="[]", meta_json="{}") for _ in range(n)])
+def insert(n: int) -> list[JobInsert]:
+    return [JobInsert(task="race", queue="race", args_json="[]", kwargs_json="{}", priority=0,
+                      max_attempts=5, tags_json="[]", meta_json="{}") for _ in range(n)]
 
 
 def claim(ttl: float) -> JobFetchAvailableParams:
@@ -55,7 +50,7 @@ def complete(job: Job) -> JobAckManyParams:
 
 
 async def get(s: Storage, job_id: int) -> Job:
-    job = await s.job_get(JobGetParams(job_id))
+    job = await s.job_get(job_id)
     assert job is not None
     return job
 
@@ -74,7 +69,7 @@ async def race_cancel(a: Storage, b: Storage, v: list[str]) -> None:
         return complete(j)
 
     results = await asyncio.gather(*[a.job_ack_many(ack(j)) for j in jobs],
-                                   *[b.job_cancel(JobCancelParams(j.id)) for j in jobs])
+                                   *[b.job_cancel(j.id) for j in jobs])
     acked, cancels = results[:BATCH], cast(list[Job | None], results[BATCH:])
     for job, applied, cancelled in zip(jobs, acked, cancels, strict=True):
         now = await get(a, job.id)
@@ -86,7 +81,7 @@ async def race_cancel(a: Storage, b: Storage, v: list[str]) -> None:
         if cancelled is not None and cancelled.state not in (JobState.RUNNING, JobState.CANCELLED):
             v.append(f"job {job.id}: cancel answered {cancelled.state}")
         # Final means final: a late cancel changes nothing.
-        if await b.job_cancel(JobCancelParams(job.id)) is not None or (await get(b, job.id)).state != want:
+        if await b.job_cancel(job.id) is not None or (await get(b, job.id)).state != want:
             v.append(f"job {job.id}: a cancel after the end changed it")
 
 
@@ -118,7 +113,7 @@ async def race_retry(a: Storage, b: Storage, v: list[str]) -> None:
     """complete  vs  retry_job (which must refuse a running job)."""
     jobs = await a.job_fetch_available(claim(60))
     results = await asyncio.gather(*[a.job_ack_many(complete(j)) for j in jobs],
-                                   *[b.job_retry(JobRetryParams(j.id)) for j in jobs])
+                                   *[b.job_retry(j.id) for j in jobs])
     acked, retried = results[:BATCH], results[BATCH:]
     for job, applied, again in zip(jobs, acked, retried, strict=True):
         now = await get(a, job.id)

@@ -24,7 +24,6 @@ from conveyor._storage import (
     JobHeartbeatManyParams,
     JobHeartbeatResult,
     JobInsert,
-    JobInsertManyParams,
     JobLease,
     WakeHub,
     create_storage,
@@ -93,9 +92,9 @@ def test_unreadable_rows_do_not_block_the_sqlite_queue(tmp_path: Path) -> None:
         storage = create_storage(url, WakeHub())
         await storage.open()
         try:
-            await storage.job_insert_many(JobInsertManyParams([JobInsert(
+            await storage.job_insert_many([JobInsert(
                 task="t", queue="q", args_json="[1]", kwargs_json="{}", priority=0,
-                max_attempts=1, tags_json="[]", meta_json="{}")]))
+                max_attempts=1, tags_json="[]", meta_json="{}")])
             conn = sqlite3.connect(tmp_path / "q.db", isolation_level=None)
             conn.execute("UPDATE conveyor_jobs SET args = '[1, 2', tags = CAST(X'FF' AS TEXT)")
             conn.close()
@@ -116,9 +115,9 @@ def test_heartbeats_get_through_a_starved_postgres_pool(pg_url: str) -> None:
         storage = create_storage(pg_url, WakeHub(), pool_max_size=1)
         await storage.open()
         try:
-            await storage.job_insert_many(JobInsertManyParams([JobInsert(
+            await storage.job_insert_many([JobInsert(
                 task="t", queue="q", args_json="[]", kwargs_json="{}", priority=0,
-                max_attempts=1, tags_json="[]", meta_json="{}")]))
+                max_attempts=1, tags_json="[]", meta_json="{}")])
             (job,) = await storage.job_fetch_available(
                 JobFetchAvailableParams(queue="q", limit=1, owner="n", lease_ttl=30))
             async with storage._conn():  # type: ignore[attr-defined]  # the pool's only one

@@ -10,22 +10,16 @@ from typing import TypeVar
 
 from conveyor import Conveyor, JobState
 from conveyor._storage import (
-    DbHealthParams,
     JobAck,
     JobAckManyParams,
     JobBulkParams,
-    JobCountByQueueParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
     JobFetchAvailableParams,
     JobFilter,
     JobInsert,
-    JobInsertManyParams,
     JobSearchParams,
     MetricRow,
-    MetricsAddParams,
-    MetricsDepthSampleParams,
-    MetricsPruneParams,
     MetricsSeriesParams,
     Storage,
 )
@@ -63,10 +57,8 @@ async def fail(storage: Storage, queue: str, n: int, error: str, final: bool) ->
 
 def test_search_filters_and_pages_both_ways(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams(
-            [ins("a", args=[i], tags=("red",) if i % 2 else ()) for i in range(10)]
-            + [ins("b", queue="mail", kwargs={"to": "Ada@Example.com"})]
-        ))
+        await s.job_insert_many([ins("a", args=[i], tags=("red",) if i % 2 else ()) for i in range(10)]
+            + [ins("b", queue="mail", kwargs={"to": "Ada@Example.com"})])
         everything = await s.job_search(JobSearchParams(limit=100))
         assert [j.id for j in everything] == list(range(11, 0, -1))
         page = await s.job_search(JobSearchParams(JobFilter(task="a"), limit=4, before_id=9))
@@ -93,10 +85,10 @@ def test_search_filters_and_pages_both_ways(app: Conveyor) -> None:
 
 def test_counts_by_queue_are_exact_for_waiting_and_capped_for_final(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams([ins(queue="q1") for _ in range(5)]
-                                                    + [ins(queue="q2")]))
+        await s.job_insert_many([ins(queue="q1") for _ in range(5)]
+                                                    + [ins(queue="q2")])
         await fail(s, "q1", 3, "boom", final=True)
-        counts = await s.job_count_by_queue(JobCountByQueueParams(final_cap=2))
+        counts = await s.job_count_by_queue(final_cap=2)
         active = {(c.queue, c.state): c.n for c in counts if c.queue is not None}
         assert active == {("q1", JobState.AVAILABLE): 2, ("q2", JobState.AVAILABLE): 1}
         final = {c.state: (c.n, c.capped) for c in counts if c.queue is None}
@@ -108,7 +100,7 @@ def test_counts_by_queue_are_exact_for_waiting_and_capped_for_final(app: Conveyo
 
 def test_failure_groups_and_bulk_actions_by_group_key(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
-        await s.job_insert_many(JobInsertManyParams([ins("a", queue="q") for _ in range(9)]))
+        await s.job_insert_many([ins("a", queue="q") for _ in range(9)])
         boom = await fail(s, "q", 4, "ValueError: boom\nsecond line", final=True)
         slow = await fail(s, "q", 3, "Timeout " + "x" * 300, final=False)
         groups = await s.job_failure_groups(JobFailureGroupsParams())
@@ -137,7 +129,7 @@ def test_failure_groups_and_bulk_actions_by_group_key(app: Conveyor) -> None:
 
 
 def test_db_health_reports_the_schema_version(app: Conveyor) -> None:
-    health = run(app, lambda s: s.db_health(DbHealthParams()))
+    health = run(app, lambda s: s.db_health())
     assert health.ok and health.reachable and health.version == health.latest >= 3
 
 
@@ -147,22 +139,22 @@ def test_metrics_add_up_across_flushes_and_prune(app: Conveyor) -> None:
                 MetricRow("q", "t", "completed", 2),
                 MetricRow("q", "t", "runtime_sum", 0.25, bucket=600.0),
                 MetricRow("q", "t", "completed", 1, bucket=660.0)]
-        await s.metrics_add(MetricsAddParams(rows))
-        await s.metrics_add(MetricsAddParams(rows[:2]))
+        await s.metrics_add(rows)
+        await s.metrics_add(rows[:2])
         series = {(p.bucket, p.metric): p.value
                   for p in await s.metrics_series(MetricsSeriesParams(since=0))}
         assert series == {(600.0, "completed"): 4, (600.0, "runtime_sum"): 0.25,
                           (660.0, "completed"): 1}
         assert [(t.metric, t.value) for t in await s.metrics_totals()] == [("completed", 4)]
         assert await s.metrics_series(MetricsSeriesParams(since=0, queue="other")) == []
-        await s.job_insert_many(JobInsertManyParams([ins(queue="q"), ins(queue="q")]))
-        await s.metrics_depth_sample(MetricsDepthSampleParams(600.0))
-        await s.metrics_depth_sample(MetricsDepthSampleParams(600.0))  # replaces, no error
+        await s.job_insert_many([ins(queue="q"), ins(queue="q")])
+        await s.metrics_depth_sample(600.0)
+        await s.metrics_depth_sample(600.0)  # replaces, no error
         depth = {(d.queue, d.state): d.n
                  for d in await s.metrics_depth_series(MetricsSeriesParams(since=0))}
         assert depth[("q", "available")] == 2 and depth[("*", "available")] == 2
         assert depth[("*", "running")] == 0
-        assert await s.metrics_prune(MetricsPruneParams(before=660.0)) > 0
+        assert await s.metrics_prune(660.0) > 0
         left = await s.metrics_series(MetricsSeriesParams(since=0))
         assert [(p.bucket, p.metric) for p in left] == [(660.0, "completed")]
         assert await s.metrics_depth_series(MetricsSeriesParams(since=0)) == []

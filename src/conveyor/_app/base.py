@@ -18,7 +18,7 @@ from .._observed import ObservedStorage
 from .._payload_types import TypeCodec
 from .._portal import Portal
 from .._registry import AppRegistry
-from .._storage import MigrateParams, Migration, Storage, WakeHub, create_storage
+from .._storage import Migration, Storage, WakeHub, create_storage
 
 T = TypeVar("T")
 #: Who asked for a change, as a state-change event names it.
@@ -163,7 +163,7 @@ class AppBase:
 
     async def migrate_async(self, *, dry_run: bool = False) -> list[Migration]:
         """Apply pending schema migrations (Postgres needs this once per version)."""
-        return await self._with_admin_storage(lambda s: s.migrate(MigrateParams(dry_run=dry_run)))
+        return await self._with_admin_storage(lambda s: s.migrate(dry_run=dry_run))
 
     async def pending_migrations_async(self) -> list[Migration]:
         """Migrations the database has not applied yet; applies nothing."""

@@ -8,11 +8,11 @@ imports SQLAlchemy."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from .._job import Job
-from .._storage import JobInsertManyParams
+from .._storage import JobInsert
 
 _SA = "sqlalchemy."
 _SA_SYNC = {"sqlalchemy.orm.session.Session", "sqlalchemy.engine.base.Connection"}
@@ -74,8 +74,8 @@ async def caller_connection_async(connection: Any, dialect: str) -> Any:
 
 
 async def insert_on_thread_of(
-    connection: Any, insert: Callable[[JobInsertManyParams, Any], list[Job]],
-    batch: JobInsertManyParams,
+    connection: Any, insert: Callable[[Sequence[JobInsert], Any], list[Job]],
+    batch: Sequence[JobInsert],
 ) -> list[Job]:
     """aiosqlite keeps its sqlite3 connection on a thread of its own: insert there."""
     return cast(list[Job], await connection._execute(insert, batch, connection._conn))

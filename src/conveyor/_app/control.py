@@ -15,14 +15,9 @@ from .._job import Job, JobState
 from .._limits import parse_rate
 from .._runtime.cron import schedule_insert, upsert_params
 from .._storage import (
-    JobCountByQueueParams,
-    JobInsertManyParams,
-    LeaderGetParams,
     LeaderRow,
-    NodeListParams,
     NodeRow,
     QueueUpdateParams,
-    ScheduleDeleteParams,
     ScheduleRow,
     ScheduleSetPausedParams,
 )
@@ -135,13 +130,13 @@ class ControlApp(CompositionApp):
         row = await self._schedule(name)
         insert = schedule_insert(self.tasks, self.config.max_payload_bytes, row, None, None)
         storage = await self.storage_for(source)
-        (job,) = await storage.job_insert_many(JobInsertManyParams([insert]))
+        (job,) = await storage.job_insert_many([insert])
         return self._bound([job])[0]
 
     async def remove_schedule_async(self, name: str) -> None:
         if name in self.schedules:
             raise ValueError(f"schedule {name!r} is defined in code; remove it there")
-        if not await (await self.storage()).schedule_delete(ScheduleDeleteParams(name)):
+        if not await (await self.storage()).schedule_delete(name):
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
 
     # -- queues -------------------------------------------------------------------------------
@@ -210,9 +205,9 @@ class ControlApp(CompositionApp):
         queues there are."""
         storage = await self.storage()
         rows = {q.name: q for q in await storage.queue_list()}
-        nodes = [n for n in await storage.node_list(NodeListParams()) if n.alive]
+        nodes = [n for n in await storage.node_list() if n.alive]
         counts: dict[str, dict[str, int]] = {}
-        active = await storage.job_count_by_queue(JobCountByQueueParams(final_cap=1))
+        active = await storage.job_count_by_queue(final_cap=1)
         for c in [*active, *await storage.job_count_final_by_queue()]:
             if c.queue is not None:  # the capped totals (queue None) are not needed here
                 counts.setdefault(c.queue, {})[c.state.value] = c.n
@@ -230,12 +225,12 @@ class ControlApp(CompositionApp):
     # -- cluster ------------------------------------------------------------------------------
 
     async def list_nodes_async(self) -> list[NodeRow]:
-        return await (await self.storage()).node_list(NodeListParams())
+        return await (await self.storage()).node_list()
 
     async def get_leader_async(self) -> LeaderRow | None:
         """The current leader, or None when the role is free or its lease ran out."""
         storage = await self.storage()
-        row = await storage.leader_get(LeaderGetParams())
+        row = await storage.leader_get()
         now = await storage.clock_now()
         return row if row is not None and row.expires_at > now else None
 

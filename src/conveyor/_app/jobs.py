@@ -16,13 +16,8 @@ from .._job import MAX_ID, RETRYABLE_FROM, Job, JobState
 from .._limits import KeyFunc, RateLimit, Unique
 from .._runtime import Worker
 from .._storage import (
-    JobCancelParams,
-    JobCountByStateParams,
-    JobGetParams,
     JobInsert,
-    JobInsertManyParams,
     JobListParams,
-    JobRetryParams,
     Storage,
 )
 from .._task import JobSpec, Task, TaskDecorator, TaskOptions, to_inserts
@@ -48,7 +43,7 @@ class JobsApp(ResultsApp):
 
     # -- enqueue ------------------------------------------------------------------------------
 
-    def _batches(self, specs: Sequence[JobSpec]) -> list[JobInsertManyParams]:
+    def _batches(self, specs: Sequence[JobSpec]) -> list[list[JobInsert]]:
         """Validate every job, then split them in batches of at most ``max_batch``."""
         if isinstance(specs, JobSpec) or not isinstance(specs, Sequence):
             raise TypeError("enqueue_many takes a list of jobs built with task.job(...)")
@@ -60,7 +55,7 @@ class JobsApp(ResultsApp):
         if self.hooks.enqueue_hooks:
             inserts = [self._with_hooks(insert) for insert in inserts]
         size = self.config.max_batch
-        return [JobInsertManyParams(inserts[i:i + size]) for i in range(0, len(inserts), size)]
+        return [inserts[i:i + size] for i in range(0, len(inserts), size)]
 
     def _insert(self, spec: JobSpec, now: float | None = None) -> JobInsert:
         """One job's insert, as ``_batches`` builds them (the workflow paths use it)."""
@@ -91,8 +86,8 @@ class JobsApp(ResultsApp):
                     [j for b in batches for j in await insert_on_thread_of(raw, insert, b)])
             return self._bound(
                 [j for b in batches for j in await self._offline.job_insert_many(b, raw)])
-        if len(batches) == 1 and len(batches[0].jobs) == 1:  # enqueue_async
-            return self._bound([await (await self._pipeline()).insert(batches[0].jobs[0])])
+        if len(batches) == 1 and len(batches[0]) == 1:  # enqueue_async
+            return self._bound([await (await self._pipeline()).insert(batches[0][0])])
         storage = (await self._observed()).with_source("enqueue")
         return self._bound(
             [job for batch in batches for job in await storage.job_insert_many(batch)])
@@ -179,7 +174,7 @@ class JobsApp(ResultsApp):
             checked = _check_id(job_id)
         except JobNotFoundError:  # beyond the ids a row can have
             return None
-        job = await (await self.storage()).job_get(JobGetParams(checked))
+        job = await (await self.storage()).job_get(checked)
         return None if job is None else self._bound([job])[0]
 
     async def list_jobs_async(
@@ -204,7 +199,7 @@ class JobsApp(ResultsApp):
         ``"cli"``, the dashboard ``"dashboard"``). No such job: ``JobNotFoundError``; a
         job in a state that cannot be retried: ``InvalidStateError`` (its ``job``)."""
         storage = await self.storage_for(source)
-        job = await storage.job_retry(JobRetryParams(_check_id(job_id)))
+        job = await storage.job_retry(_check_id(job_id))
         if job is None:
             await refuse(storage, job_id, "retried", RETRYABLE_FROM)
         return self._bound([job])[0]
@@ -213,7 +208,7 @@ class JobsApp(ResultsApp):
         """Cancel a queued job at once; a running job is stopped by its worker. Errors
         and ``source`` as for ``retry_job_async``."""
         storage = await self.storage_for(source)
-        job = await storage.job_cancel(JobCancelParams(_check_id(job_id)))
+        job = await storage.job_cancel(_check_id(job_id))
         if job is None:
             await refuse(storage, job_id, "cancelled", CANCELLABLE_FROM)
         return self._bound([job])[0]
@@ -223,7 +218,7 @@ class JobsApp(ResultsApp):
         storage = await self.storage()
         if queue is not None:
             _payload.check_queue_name(queue)
-        counts = await storage.job_count_by_state(JobCountByStateParams(queue))
+        counts = await storage.job_count_by_state(queue=queue)
         return {s.value: counts.get(s.value, 0) for s in JobState}
 
     # -- workers -------------------------------------------------------------------------------
@@ -388,7 +383,7 @@ async def refuse(storage: Storage, job_id: int, verb: str,
     """Why an action changed nothing, the same for every action and every interface:
     no such job (``JobNotFoundError``), or its state (``InvalidStateError`` carrying
     the job as it is now)."""
-    job = await storage.job_get(JobGetParams(job_id))
+    job = await storage.job_get(job_id)
     if job is None:
         raise JobNotFoundError(f"no job with id {job_id}")
     if job.state is JobState.RUNNING and JobState.RUNNING not in allowed:

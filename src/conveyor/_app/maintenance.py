@@ -25,7 +25,6 @@ from .._runtime.pruner import plan_passes, prune_passes
 from .._storage import (
     JobBulkParams,
     JobFilter,
-    JobGetParams,
     JobPruneParams,
     JobPurgeParams,
     JobRescueExpiredParams,
@@ -87,7 +86,7 @@ class MaintenanceApp(ControlApp):
                                error_json=json.dumps({"error": text}))
         if not await storage.job_discard_matching(params):
             await refuse(storage, job_id, "discarded", DISCARDABLE_FROM)
-        job = await storage.job_get(JobGetParams(job_id))
+        job = await storage.job_get(job_id)
         if job is None:  # deleted right after the discard
             raise JobNotFoundError(f"no job with id {job_id}")
         return self._bound([job])[0]
@@ -246,7 +245,7 @@ class MaintenanceApp(ControlApp):
             ids += rescued
             if len(rescued) < step:
                 break
-        jobs = [await storage.job_get(JobGetParams(i)) for i in sorted(ids)]
+        jobs = [await storage.job_get(i) for i in sorted(ids)]
         return [j for j in jobs if j is not None]
 
 

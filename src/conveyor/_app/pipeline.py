@@ -16,9 +16,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from .._job import Job
-from .._storage import JobInsert, JobInsertManyParams
+from .._storage import JobInsert
 
-Write = Callable[[JobInsertManyParams], Awaitable[list[Job]]]
+Write = Callable[[Sequence[JobInsert]], Awaitable[list[Job]]]
 
 
 class InsertPipeline:
@@ -41,7 +41,7 @@ class InsertPipeline:
             return await future
         self._writing = True
         try:
-            return (await self._write(JobInsertManyParams([job])))[0]
+            return (await self._write([job]))[0]
         finally:
             self._hand_over()
 
@@ -70,7 +70,7 @@ class InsertPipeline:
     async def _write_batch(self, batch: Sequence[tuple[JobInsert, asyncio.Future[Job]]]) -> None:
         try:
             try:
-                jobs = await self._write(JobInsertManyParams([job for job, _ in batch]))
+                jobs = await self._write([job for job, _ in batch])
             except Exception:
                 if len(batch) == 1:
                     raise

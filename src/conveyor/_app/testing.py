@@ -15,7 +15,6 @@ from typing import Any
 from .. import _payload
 from .._job import Job, JobState
 from .._runtime.inprocess import DrainResult, InProcessRunner
-from .._storage import JobGetParams
 from .._task import JobSpec
 from .maintenance import MaintenanceApp
 
@@ -120,7 +119,7 @@ class TestingApp(MaintenanceApp):
                     if not (options.retries and outcome is not None and outcome.kind == "retried"):
                         break
                     early = True  # its retry, now
-                out.append(await storage.job_get(JobGetParams(job.id)) or job)
+                out.append(await storage.job_get(job.id) or job)
         finally:
             runner.close()
         return self._bound(out)

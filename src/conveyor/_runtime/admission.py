@@ -16,10 +16,8 @@ from typing import Any
 from .._job import Job, JobState
 from .._limits import RateLimit
 from .._storage import (
-    ConcurrencyAcquireParams,
     ConcurrencyGroup,
     JobAck,
-    RateLimitAcquireParams,
     RateRequest,
     Storage,
 )
@@ -58,10 +56,10 @@ class Admission:
                 limits[job.concurrency_key] = task.defaults.concurrency
         if not groups:
             return jobs
-        granted = await self._storage.job_concurrency_acquire(ConcurrencyAcquireParams([
+        granted = await self._storage.job_concurrency_acquire([
             ConcurrencyGroup(key, limits[key], [(j.id, j.lease_token or 0) for j in members])
             for key, members in groups.items()
-        ]))
+        ])
         admitted = []
         for job in jobs:
             if job.concurrency_key in groups and job.id not in granted:
@@ -95,9 +93,9 @@ class Admission:
         if not order:
             return jobs
         keys = list(order)
-        grants = await self._storage.rate_limit_acquire(RateLimitAcquireParams([
+        grants = await self._storage.rate_limit_acquire([
             RateRequest(k, limits[k].interval, limits[k].burst, len(order[k])) for k in keys
-        ]))
+        ])
         delay: dict[int, float] = {}
         for key, grant in zip(keys, grants, strict=True):
             for position, job in enumerate(order[key][grant.granted:]):

@@ -16,7 +16,6 @@ from .._job import Job, JobState
 from .._registry import Registry
 from .._storage import (
     JobInsert,
-    JobInsertManyParams,
     ScheduleAdvanceParams,
     ScheduleRow,
     ScheduleUpsertParams,
@@ -57,9 +56,9 @@ class CronScheduler(Service):
                 continue
             jobs = []
             if ticks:
-                params = JobInsertManyParams([self._insert(row, tick.isoformat(),
-                                                           int(tick.timestamp())) for tick in ticks])
-                jobs = await self._storage.job_insert_many(params)
+                inserts = [self._insert(row, tick.isoformat(), int(tick.timestamp()))
+                           for tick in ticks]
+                jobs = await self._storage.job_insert_many(inserts)
                 created += [j for j in jobs if not j.duplicate]
             await self._storage.schedule_advance(
                 ScheduleAdvanceParams(row.name, newest, jobs[-1].id if jobs else None))

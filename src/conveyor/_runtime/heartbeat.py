@@ -8,7 +8,7 @@ import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
 
-from .._storage import JobHeartbeatManyParams, JobLease, NodeDeleteParams, NodeUpsertParams, Storage
+from .._storage import JobHeartbeatManyParams, JobLease, NodeUpsertParams, Storage
 from .executor import Execution
 from .service import Service
 
@@ -54,7 +54,7 @@ class Heartbeat(Service):
         await self.run_once()
 
     async def stop(self) -> None:
-        await self._storage.node_delete(NodeDeleteParams(self._node.id))
+        await self._storage.node_delete(self._node.id)
 
     async def run_once(self) -> tuple[int, int]:
         await self._storage.node_upsert(self._node)

@@ -28,8 +28,6 @@ from .._storage import (
     JobAck,
     JobAckManyParams,
     JobClaimOneParams,
-    JobCountByQueueParams,
-    JobStageEarlyParams,
     Storage,
 )
 from .admission import Admission
@@ -195,7 +193,7 @@ class InProcessRunner:
             if include_scheduled:
                 wanted: Sequence[str | None] = queues if queues is not None else [None]
                 for queue in wanted:
-                    await self._storage.job_stage_early(JobStageEarlyParams(queue))
+                    await self._storage.job_stage_early(queue=queue)
             ran = 0
             for queue in queues if queues is not None else await self._ready_queues():
                 ran += await self._drain_queue(queue, result, max_jobs)
@@ -204,7 +202,7 @@ class InProcessRunner:
         return result
 
     async def _ready_queues(self) -> list[str]:
-        counts = await self._storage.job_count_by_queue(JobCountByQueueParams())
+        counts = await self._storage.job_count_by_queue()
         return sorted({c.queue for c in counts
                        if c.queue is not None and c.state is JobState.AVAILABLE and c.n})
 

@@ -24,9 +24,6 @@ from .._metric_schema import BOUNDS, bucket_index, minute_of
 from .._storage import (
     JobAck,
     MetricRow,
-    MetricsAddParams,
-    MetricsDepthSampleParams,
-    MetricsPruneParams,
     Storage,
 )
 from .service import Leadership, Service
@@ -118,7 +115,7 @@ class Metrics(Service):
         rows = [MetricRow(queue, task, metric, value, bucket)
                 for (bucket, queue, task, metric), value in sorted(pending.items(), key=_order)]
         try:
-            await self._storage.metrics_add(MetricsAddParams(rows))
+            await self._storage.metrics_add(rows)
         except BaseException:
             for key, value in pending.items():
                 self._pending[key] = self._pending.get(key, 0.0) + value
@@ -133,10 +130,10 @@ class Metrics(Service):
             now = self._clock()
             minute = minute_of(now)
             if minute != self._sampled:
-                await self._storage.metrics_depth_sample(MetricsDepthSampleParams(minute))
+                await self._storage.metrics_depth_sample(minute)
                 self._sampled = minute
             if now - self._pruned >= 300:
-                pruned = await self._storage.metrics_prune(MetricsPruneParams(now - self.retention))
+                pruned = await self._storage.metrics_prune(now - self.retention)
                 self._pruned = now
                 if pruned:
                     log.debug("pruned %d metric rows older than %.0fs", pruned, self.retention)

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from .._context import ProgressEntry
-from .._storage import JobProgress, JobProgressManyParams, Storage
+from .._storage import JobProgress, Storage
 from .service import Service
 
 log = logging.getLogger("conveyor.worker")
@@ -47,7 +47,7 @@ class ProgressFlusher(Service):
             if not rows:
                 return 0
             try:
-                applied = await self._storage.job_progress_many(JobProgressManyParams(rows))
+                applied = await self._storage.job_progress_many(rows)
             except BaseException:
                 for entry in dirty:  # kept for the next pass: the database may be back
                     entry.dirty = True

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Mapping, MutableMapping
 
 from .._limits import RateLimit
-from .._storage import NodeListParams, QueueRow, Storage
+from .._storage import QueueRow, Storage
 from .._task_retry import QueueBackoff, parse_queue_backoff
 from .producer import Producer
 from .service import Service
@@ -70,7 +70,7 @@ class QueueSettings(Service):
 
     async def _serving(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
-        for node in await self._storage.node_list(NodeListParams()):
+        for node in await self._storage.node_list():
             if node.alive:
                 for queue in node.queues:
                     out.setdefault(queue, []).append(node.id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 
-from .._storage import JobStageDueParams, StagedJob, Storage
+from .._storage import StagedJob, Storage
 from .service import Service
 
 
@@ -21,7 +21,7 @@ class Stager(Service):
         self._timer: asyncio.TimerHandle | None = None
 
     async def run_once(self) -> list[StagedJob]:
-        return await self._storage.job_stage_due(JobStageDueParams())
+        return await self._storage.job_stage_due()
 
     def stage_in(self, delay: float) -> None:
         """A job of ours becomes due in ``delay`` seconds (it waited for a rate or a

@@ -22,31 +22,23 @@ from .._errors import unique_held
 from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, STAGED_STATES, Job, JobState
 from .clock import testing_queries, virtual_queries
 from .control_types import (
-    JobCountAheadParams,
     JobPruneParams,
 )
 from .job_types import (
     FailureGroup,
     JobArchiveParams,
     JobBulkParams,
-    JobCancelParams,
     JobChanged,
     JobClaimOneParams,
-    JobCountByQueueParams,
-    JobCountByStateParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
     JobFilter,
-    JobGetParams,
     JobListParams,
     JobPurgeBatch,
     JobPurgeCount,
     JobPurgeParams,
     JobRescueExpiredParams,
-    JobRetryParams,
     JobSearchParams,
-    JobStageDueParams,
-    JobStageEarlyParams,
     StagedJob,
     StateCount,
 )
@@ -160,47 +152,47 @@ class BaseStorage(ABC):
             self._finished()
         return ids
 
-    async def job_stage_due(self, params: JobStageDueParams) -> list[StagedJob]:
+    async def job_stage_due(self, *, limit: int = 5000) -> list[StagedJob]:
         staged = []
         for previous in STAGED_STATES:
-            values = {"limit": params.limit, "from_state": previous.value}
+            values = {"limit": limit, "from_state": previous.value}
             for r in await self._write("job_stage_due", values):
                 staged.append(StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
         self._woke(j.queue for j in staged)
         return staged
 
-    async def job_get(self, params: JobGetParams) -> Job | None:
-        return self._one(await self._read("job_get", {"id": params.id}))
+    async def job_get(self, job_id: int) -> Job | None:
+        return self._one(await self._read("job_get", {"id": job_id}))
 
     async def job_list(self, params: JobListParams) -> list[Job]:
         values = dataclasses.asdict(params)
         values["state"] = params.state.value if params.state else None
         return self._jobs(await self._read("job_list", values))
 
-    async def job_retry(self, params: JobRetryParams) -> Job | None:
+    async def job_retry(self, job_id: int) -> Job | None:
         """In the hot table, else moved back from history with its id and retried in the
         same transaction. A job the archiver is moving right now is locked by it: the
         hot update then finds no row, and the history step (a new snapshot) finds it."""
         try:
-            job = self._one(await self._write("job_retry", {"id": params.id}))
+            job = self._one(await self._write("job_retry", {"id": job_id}))
             if job is None:
                 job = self._one((await self._move(
                     "job_history_pick", (*_RESTORE, "job_retry"),
-                    {"id": params.id, **self._ids([params.id])}))[1])
+                    {"id": job_id, **self._ids([job_id])}))[1])
         except self.unique_violation:  # the unique index: another live job holds the key
-            raise unique_held(params.id) from None
+            raise unique_held(job_id) from None
         if job is not None:
             self._woke([job.queue])
         return job
 
-    async def job_cancel(self, params: JobCancelParams) -> Job | None:
-        job = self._one(await self._write("job_cancel", {"id": params.id}))
+    async def job_cancel(self, job_id: int) -> Job | None:
+        job = self._one(await self._write("job_cancel", {"id": job_id}))
         if job is not None and job.state.is_final:
             self._finished()
         return job
 
-    async def job_count_by_state(self, params: JobCountByStateParams) -> dict[str, int]:
-        rows = await self._read("job_count_by_state", {"queue": params.queue})
+    async def job_count_by_state(self, *, queue: str | None = None) -> dict[str, int]:
+        rows = await self._read("job_count_by_state", {"queue": queue})
         return {r["state"]: int(r["n"]) for r in rows}
 
     async def job_delete_by_queue(self, queue: str) -> int:
@@ -208,8 +200,8 @@ class BaseStorage(ABC):
         return hot + int((await self._write("job_history_delete_by_queue",
                                             {"queue": queue}))[0]["n"])
 
-    async def job_count_ahead(self, params: JobCountAheadParams) -> int:
-        return int((await self._read("job_count_ahead", {"id": params.id}))[0]["n"])
+    async def job_count_ahead(self, job_id: int) -> int:
+        return int((await self._read("job_count_ahead", {"id": job_id}))[0]["n"])
 
     async def job_prune(self, params: JobPruneParams) -> int:
         """One batch from each table: hot keeps finished rows that hold a unique claim
@@ -281,12 +273,12 @@ class BaseStorage(ABC):
         values = {**self._filter_values(params.filter), "cap": params.cap}
         return int((await self._read("job_count_capped", values))[0]["n"])
 
-    async def job_count_by_queue(self, params: JobCountByQueueParams) -> list[StateCount]:
+    async def job_count_by_queue(self, *, final_cap: int = 100_000) -> list[StateCount]:
         active = await self._read("job_count_by_queue", {})
-        final = await self._read("job_count_final_capped", {"cap": params.final_cap})
+        final = await self._read("job_count_final_capped", {"cap": final_cap})
         counts = [StateCount(r["queue"], JobState(r["state"]), int(r["n"])) for r in active]
         counts += [StateCount(None, JobState(r["state"]), int(r["n"]),
-                              int(r["n"]) >= params.final_cap) for r in final]
+                              int(r["n"]) >= final_cap) for r in final]
         return counts
 
     async def job_count_final_by_queue(self) -> list[StateCount]:
@@ -380,11 +372,11 @@ class BaseStorage(ABC):
         self._testing_sql()
         return self._one(await self._write("job_claim_one", dataclasses.asdict(params)))
 
-    async def job_stage_early(self, params: JobStageEarlyParams) -> list[StagedJob]:
+    async def job_stage_early(self, *, queue: str | None = None) -> list[StagedJob]:
         self._testing_sql()
         staged = []
         for previous in STAGED_STATES:
-            values = {"queue": params.queue, "from_state": previous.value}
+            values = {"queue": queue, "from_state": previous.value}
             for r in await self._write("job_stage_early", values):
                 staged.append(StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
         self._woke(j.queue for j in staged)

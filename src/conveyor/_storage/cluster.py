@@ -10,28 +10,21 @@ from datetime import datetime
 
 from .base import BaseStorage, Row
 from .control_types import (
-    ConcurrencyHoldersParams,
-    LeaderGetParams,
     LeaderResignParams,
     LeaderRow,
-    NodeDeleteParams,
-    NodeListParams,
     NodeRow,
     NodeUpsertParams,
     QueueRow,
     QueueUpdateParams,
-    RateLimitGetParams,
     ScheduleAdvanceParams,
-    ScheduleDeleteParams,
     ScheduleRow,
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
 )
-from .cooldown_types import QueueCooldownClearParams, QueueCooldownRaiseParams, QueueCooldownRow
+from .cooldown_types import QueueCooldownRaiseParams, QueueCooldownRow
 from .metric_types import (
     DepthPoint,
     MetricPoint,
-    MetricsDepthSampleParams,
     MetricsSeriesParams,
     MetricTotal,
 )
@@ -50,11 +43,11 @@ class ClusterStorage(BaseStorage):
         values["labels"] = values.pop("labels_json")
         await self._write("node_upsert", values)
 
-    async def node_delete(self, params: NodeDeleteParams) -> None:
-        await self._write("node_delete", {"id": params.id})
+    async def node_delete(self, node_id: str) -> None:
+        await self._write("node_delete", {"id": node_id})
 
-    async def node_list(self, params: NodeListParams) -> list[NodeRow]:
-        rows = await self._read("node_list", {"live_within": params.live_within})
+    async def node_list(self, *, live_within: float | None = None) -> list[NodeRow]:
+        rows = await self._read("node_list", {"live_within": live_within})
         return [node_row(r, self.json_text) for r in rows]
 
     async def clock_now(self) -> datetime:
@@ -68,8 +61,8 @@ class ClusterStorage(BaseStorage):
     async def queue_update(self, params: QueueUpdateParams) -> None:
         await self._write("queue_update", dataclasses.asdict(params))
 
-    async def leader_get(self, params: LeaderGetParams) -> LeaderRow | None:
-        rows = await self._read("leader_get", {"name": params.name})
+    async def leader_get(self, *, name: str = "leader") -> LeaderRow | None:
+        rows = await self._read("leader_get", {"name": name})
         return leader_row(rows[0]) if rows else None
 
     async def leader_resign(self, params: LeaderResignParams) -> None:
@@ -90,15 +83,15 @@ class ClusterStorage(BaseStorage):
         values = {"name": params.name, "tick": self._time(params.tick), "job_id": params.job_id}
         await self._write("schedule_advance", values)
 
-    async def schedule_delete(self, params: ScheduleDeleteParams) -> bool:
-        return bool(await self._write("schedule_delete", {"name": params.name}))
+    async def schedule_delete(self, name: str) -> bool:
+        return bool(await self._write("schedule_delete", {"name": name}))
 
-    async def rate_limit_get(self, params: RateLimitGetParams) -> float | None:
-        rows = await self._read("rate_limit_get", {"key": params.key})
+    async def rate_limit_get(self, key: str) -> float | None:
+        rows = await self._read("rate_limit_get", {"key": key})
         return float(rows[0]["tat"]) if rows else None
 
-    async def job_concurrency_holders(self, params: ConcurrencyHoldersParams) -> list[int]:
-        return [r["id"] for r in await self._read("concurrency_holders", {"key": params.key})]
+    async def job_concurrency_holders(self, key: str) -> list[int]:
+        return [r["id"] for r in await self._read("concurrency_holders", {"key": key})]
 
     # -- queue cool-downs (Throttle(scope="queue")) ---------------------------------------
 
@@ -110,8 +103,8 @@ class ClusterStorage(BaseStorage):
     async def queue_cooldown_list(self) -> list[QueueCooldownRow]:
         return [_cooldown_row(r) for r in await self._read("queue_cooldown_list", {})]
 
-    async def queue_cooldown_clear(self, params: QueueCooldownClearParams) -> bool:
-        return bool(await self._write("queue_cooldown_clear", {"queue": params.queue}))
+    async def queue_cooldown_clear(self, queue: str) -> bool:
+        return bool(await self._write("queue_cooldown_clear", {"queue": queue}))
 
     # -- metrics -----------------------------------------------------------------------------
 
@@ -124,8 +117,8 @@ class ClusterStorage(BaseStorage):
         rows = await self._read("metrics_totals", {})
         return [MetricTotal(r["queue"], r["task"], r["metric"], float(r["value"])) for r in rows]
 
-    async def metrics_depth_sample(self, params: MetricsDepthSampleParams) -> None:
-        await self._write("metrics_depth_sample", {"bucket": params.bucket})
+    async def metrics_depth_sample(self, bucket: float) -> None:
+        await self._write("metrics_depth_sample", {"bucket": bucket})
 
     async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]:
         rows = await self._read("metrics_depth_series", {"since": params.since})

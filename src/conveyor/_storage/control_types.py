@@ -63,13 +63,6 @@ class NodeRow:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class NodeListParams:
-    #: A node is alive if it heartbeat within this many seconds; None uses each node's
-    #: own ttl.
-    live_within: float | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class NodeUpsertParams:
     id: str
     hostname: str
@@ -81,11 +74,6 @@ class NodeUpsertParams:
     #: The node counts as alive while its last heartbeat is younger than this (the
     #: worker's ``WorkerConfig.node_ttl``: each node is judged by its own setting).
     ttl: float = dataclasses.field(kw_only=True)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeDeleteParams:
-    id: str
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,11 +89,6 @@ class LeaderRow:
 class LeaderElectParams:
     node_id: str
     ttl: float
-    name: str = "leader"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class LeaderGetParams:
     name: str = "leader"
 
 
@@ -161,11 +144,6 @@ class ScheduleAdvanceParams:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class ScheduleDeleteParams:
-    name: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class RateRequest:
     """Ask for ``count`` starts under a GCRA limit of one start per ``interval`` seconds
     with a burst of ``burst``."""
@@ -184,36 +162,11 @@ class RateGrant:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class RateLimitAcquireParams:
-    requests: Sequence[RateRequest]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RateLimitGetParams:
-    key: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class ConcurrencyGroup:
     key: str
     limit: int
     #: (job id, lease token) of running jobs asking for a slot, in claim order.
     leases: Sequence[tuple[int, int]]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ConcurrencyAcquireParams:
-    groups: Sequence[ConcurrencyGroup]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ConcurrencyHoldersParams:
-    key: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobCountAheadParams:
-    id: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -35,8 +35,3 @@ class QueueCooldownRaiseParams:
     queue: str
     seconds: float
     cap: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class QueueCooldownClearParams:
-    queue: str

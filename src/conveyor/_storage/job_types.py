@@ -1,7 +1,8 @@
 """Params and rows of the job methods of the storage protocol: enqueue, claim, ack,
 heartbeat, rescue, staging, reads, filtered search, bounded counts and bulk actions.
 
-One frozen dataclass per call, so a new field never breaks a call site.
+A call that takes several values takes one frozen ``*Params`` dataclass (so a new field
+never breaks a call site); a call that takes one value takes it plainly (``protocol.py``).
 """
 
 from __future__ import annotations
@@ -30,11 +31,6 @@ class JobInsert:
     #: Comma-wrapped states in which the key is held, e.g. ",available,running,".
     unique_states: str | None = None
     concurrency_key: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobInsertManyParams:
-    jobs: Sequence[JobInsert]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,22 +99,12 @@ class JobProgress:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class JobProgressManyParams:
-    entries: Sequence[JobProgress]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class JobRescueExpiredParams:
     limit: int = 1000
     #: Jobs of a node whose heartbeat is older than this are rescued too; None uses each
     #: node's own ttl (``NodeUpsertParams.ttl``).
     node_ttl: float | None = None
     error_json: str = '{"error": "lease expired: the worker stopped heartbeating"}'
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobStageDueParams:
-    limit: int = 5000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -133,13 +119,6 @@ class JobClaimOneParams:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class JobStageEarlyParams:
-    """Make every waiting job available now, due or not (``drain(include_scheduled=True)``)."""
-
-    queue: str | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class StagedJob:
     """A job the stager made available, and the state it left."""
 
@@ -148,11 +127,6 @@ class StagedJob:
     queue: str
     attempt: int
     previous: JobState
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobGetParams:
-    id: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -166,27 +140,12 @@ class JobListParams:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class JobRetryParams:
-    id: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class JobArchiveParams:
     """One batch of the archiver: up to ``limit`` jobs finished ``after`` seconds ago or
     more move from the hot table to history."""
 
     after: float = 0.0
     limit: int = 5000
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobCancelParams:
-    id: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobCountByStateParams:
-    queue: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -223,12 +182,6 @@ class JobCountCappedParams:
 
     filter: JobFilter = JobFilter()
     cap: int = 10_000
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class JobCountByQueueParams:
-    #: Final states (completed, cancelled, discarded) are counted up to this many each.
-    final_cap: int = 100_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -4,7 +4,6 @@ never-pruned totals and queue-depth samples (queries in ``<dialect>/sql/metrics.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -17,11 +16,6 @@ class MetricRow:
     value: float
     #: Start of the minute (unix seconds); None for the never-pruned totals.
     bucket: float | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class MetricsAddParams:
-    rows: Sequence[MetricRow]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -48,12 +42,6 @@ class MetricTotal:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class MetricsDepthSampleParams:
-    #: The minute (unix seconds) the sample is filed under.
-    bucket: float
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class DepthPoint:
     """``queue`` is ``"*"`` for all queues together (written with every sample)."""
 
@@ -61,10 +49,3 @@ class DepthPoint:
     queue: str
     state: str
     n: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class MetricsPruneParams:
-    #: Delete minute rollups and depth samples older than this (unix seconds).
-    before: float
-

@@ -1,83 +1,71 @@
 """The storage protocol every backend implements (each by subclassing BaseStorage).
 
-Methods are named noun-then-verb and take one small frozen params dataclass, so a new
-field never breaks a call site and related methods sort together. Timestamps that
-decide anything (due times, leases) are computed by the database clock, never here.
+Methods are named noun-then-verb, so related methods sort together. One calling
+convention: a method that needs one value takes it as a plain argument (an optional
+one, or a flag, by keyword: ``job_get(job_id)``, ``job_stage_due(limit=100)``); a
+method that needs several takes one small frozen ``*Params`` dataclass, so a new field
+never breaks a call site (``job_fetch_available(JobFetchAvailableParams(...))``).
+Timestamps that decide anything (due times, leases) are computed by the database
+clock, never here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
 from .._job import Job
 from .control_types import (
-    ConcurrencyAcquireParams,
-    ConcurrencyHoldersParams,
-    JobCountAheadParams,
+    ConcurrencyGroup,
     JobPruneParams,
     LeaderElectParams,
-    LeaderGetParams,
     LeaderResignParams,
     LeaderRow,
-    NodeDeleteParams,
-    NodeListParams,
     NodeRow,
     NodeUpsertParams,
     QueueRow,
     QueueUpdateParams,
     RateGrant,
-    RateLimitAcquireParams,
-    RateLimitGetParams,
+    RateRequest,
     ScheduleAdvanceParams,
-    ScheduleDeleteParams,
     ScheduleRow,
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
 )
-from .cooldown_types import QueueCooldownClearParams, QueueCooldownRaiseParams, QueueCooldownRow
+from .cooldown_types import QueueCooldownRaiseParams, QueueCooldownRow
 from .job_types import (
     FailureGroup,
     JobAckManyParams,
     JobArchiveParams,
     JobBulkParams,
-    JobCancelParams,
     JobChanged,
     JobClaimOneParams,
-    JobCountByQueueParams,
-    JobCountByStateParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
     JobFetchAvailableParams,
-    JobGetParams,
     JobHeartbeatManyParams,
     JobHeartbeatResult,
-    JobInsertManyParams,
+    JobInsert,
     JobListParams,
-    JobProgressManyParams,
+    JobProgress,
     JobPurgeBatch,
     JobPurgeCount,
     JobPurgeParams,
     JobRescueExpiredParams,
-    JobRetryParams,
     JobSearchParams,
-    JobStageDueParams,
-    JobStageEarlyParams,
     StagedJob,
     StateCount,
 )
 from .metric_types import (
     DepthPoint,
     MetricPoint,
-    MetricsAddParams,
-    MetricsDepthSampleParams,
-    MetricsPruneParams,
+    MetricRow,
     MetricsSeriesParams,
     MetricTotal,
 )
-from .schema import DbHealth, DbHealthParams, MigrateParams, Migration, TableDeadRows
+from .schema import DbHealth, Migration, TableDeadRows
 from .wake import WakeCallback
 from .workflow import ComposeParams
 from .workflow_types import BatchRow, Composed, DependencyRow, EdgeRow
@@ -108,26 +96,26 @@ class Storage(Protocol):
 
     async def schema_pending(self) -> list[Migration]: ...
 
-    async def migrate(self, params: MigrateParams) -> list[Migration]: ...
+    async def migrate(self, *, dry_run: bool = False) -> list[Migration]: ...
 
     async def job_insert_many(
-        self, params: JobInsertManyParams, connection: Any = None
+        self, jobs: Sequence[JobInsert], connection: Any = None
     ) -> list[Job]: ...
 
-    def job_insert_many_sync(self, params: JobInsertManyParams, connection: Any) -> list[Job]:
+    def job_insert_many_sync(self, jobs: Sequence[JobInsert], connection: Any) -> list[Job]:
         """Insert inside the caller's own synchronous connection and transaction."""
 
-    def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
+    def job_insert_many_blocking(self, jobs: Sequence[JobInsert]) -> list[Job]:
         """``job_insert_many`` for a synchronous caller on any thread, without an event
         loop in between (the sync API's path once the storage is open)."""
 
     async def job_insert_ids(
-        self, params: JobInsertManyParams, connection: Any = None
+        self, jobs: Sequence[JobInsert], connection: Any = None
     ) -> list[int]:
         """``job_insert_many`` returning only the ids, in input order (an existing
         job's id for a unique duplicate): no Job is built for a batch without unique keys."""
 
-    def job_insert_ids_blocking(self, params: JobInsertManyParams) -> list[int]:
+    def job_insert_ids_blocking(self, jobs: Sequence[JobInsert]) -> list[int]:
         """``job_insert_ids`` for a synchronous caller, as ``job_insert_many_blocking``."""
 
     async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]: ...
@@ -137,31 +125,31 @@ class Storage(Protocol):
 
     async def job_heartbeat_many(self, params: JobHeartbeatManyParams) -> JobHeartbeatResult: ...
 
-    async def job_progress_many(self, params: JobProgressManyParams) -> list[int]:
+    async def job_progress_many(self, entries: Sequence[JobProgress]) -> list[int]:
         """Write running jobs' progress (one statement or transaction), fenced by the
         lease; return the ids whose write applied."""
 
     async def job_rescue_expired(self, params: JobRescueExpiredParams) -> list[int]: ...
 
-    async def job_stage_due(self, params: JobStageDueParams) -> list[StagedJob]:
+    async def job_stage_due(self, *, limit: int = 5000) -> list[StagedJob]:
         """Make due scheduled and retryable jobs available (at most ``limit`` of each)."""
 
-    async def job_get(self, params: JobGetParams) -> Job | None: ...
+    async def job_get(self, job_id: int) -> Job | None: ...
 
     async def job_list(self, params: JobListParams) -> list[Job]: ...
 
-    async def job_retry(self, params: JobRetryParams) -> Job | None: ...
+    async def job_retry(self, job_id: int) -> Job | None: ...
 
-    async def job_cancel(self, params: JobCancelParams) -> Job | None: ...
+    async def job_cancel(self, job_id: int) -> Job | None: ...
 
-    async def job_count_by_state(self, params: JobCountByStateParams) -> dict[str, int]: ...
+    async def job_count_by_state(self, *, queue: str | None = None) -> dict[str, int]: ...
 
     async def job_delete_by_queue(self, queue: str) -> int:
         """Delete every job of one queue, whatever its state; return how many."""
 
     async def node_upsert(self, params: NodeUpsertParams) -> None: ...
 
-    async def node_delete(self, params: NodeDeleteParams) -> None: ...
+    async def node_delete(self, node_id: str) -> None: ...
 
     def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
         """Call ``callback`` when jobs may have become ready; returns an unsubscribe."""
@@ -179,12 +167,12 @@ class Storage(Protocol):
 
     async def queue_update(self, params: QueueUpdateParams) -> None: ...
 
-    async def node_list(self, params: NodeListParams) -> list[NodeRow]: ...
+    async def node_list(self, *, live_within: float | None = None) -> list[NodeRow]: ...
 
     async def leader_elect(self, params: LeaderElectParams) -> LeaderRow | None:
         """Take or renew the role; returns the holder after the attempt (maybe another)."""
 
-    async def leader_get(self, params: LeaderGetParams) -> LeaderRow | None: ...
+    async def leader_get(self, *, name: str = "leader") -> LeaderRow | None: ...
 
     async def leader_resign(self, params: LeaderResignParams) -> None: ...
 
@@ -196,18 +184,18 @@ class Storage(Protocol):
 
     async def schedule_advance(self, params: ScheduleAdvanceParams) -> None: ...
 
-    async def schedule_delete(self, params: ScheduleDeleteParams) -> bool: ...
+    async def schedule_delete(self, name: str) -> bool: ...
 
-    async def rate_limit_acquire(self, params: RateLimitAcquireParams) -> list[RateGrant]:
+    async def rate_limit_acquire(self, requests: Sequence[RateRequest]) -> list[RateGrant]:
         """Atomically take up to each request's count of starts from its budget."""
 
-    async def rate_limit_get(self, params: RateLimitGetParams) -> float | None:
+    async def rate_limit_get(self, key: str) -> float | None:
         """The key's theoretical arrival time (unix seconds), None if never used."""
 
-    async def job_concurrency_acquire(self, params: ConcurrencyAcquireParams) -> frozenset[int]:
+    async def job_concurrency_acquire(self, groups: Sequence[ConcurrencyGroup]) -> frozenset[int]:
         """Grant concurrency slots to running jobs, never more than each key's limit."""
 
-    async def job_concurrency_holders(self, params: ConcurrencyHoldersParams) -> list[int]: ...
+    async def job_concurrency_holders(self, key: str) -> list[int]: ...
 
     async def queue_cooldown_raise(self, params: QueueCooldownRaiseParams) -> QueueCooldownRow:
         """Start or grow the queue's cluster-wide cool-down; returns it as it now is."""
@@ -215,10 +203,10 @@ class Storage(Protocol):
     async def queue_cooldown_list(self) -> list[QueueCooldownRow]:
         """Every queue's cool-down (ended ones too), with what remains of it now."""
 
-    async def queue_cooldown_clear(self, params: QueueCooldownClearParams) -> bool:
+    async def queue_cooldown_clear(self, queue: str) -> bool:
         """End the queue's cool-down at once; False if it had none."""
 
-    async def job_count_ahead(self, params: JobCountAheadParams) -> int: ...
+    async def job_count_ahead(self, job_id: int) -> int: ...
 
     async def job_prune(self, params: JobPruneParams) -> int:
         """Delete one bounded batch of old finished jobs (and stale nodes), from the hot
@@ -265,7 +253,7 @@ class Storage(Protocol):
     async def job_count_capped(self, params: JobCountCappedParams) -> int:
         """How many jobs match, counting no further than ``params.cap``."""
 
-    async def job_count_by_queue(self, params: JobCountByQueueParams) -> list[StateCount]:
+    async def job_count_by_queue(self, *, final_cap: int = 100_000) -> list[StateCount]:
         """Exact waiting/running counts per queue; capped totals of the final states."""
 
     async def job_count_final_by_queue(self) -> list[StateCount]:
@@ -281,7 +269,7 @@ class Storage(Protocol):
 
     async def job_count_running_by_node(self) -> dict[str, int]: ...
 
-    async def db_health(self, params: DbHealthParams) -> DbHealth:
+    async def db_health(self, *, timeout: float = 3.0) -> DbHealth:
         """Reachable on a fresh connection, and at which schema version; never raises."""
 
     async def table_dead_rows(self) -> list[TableDeadRows]:
@@ -292,18 +280,18 @@ class Storage(Protocol):
         """VACUUM one table ``table_dead_rows`` listed, skipping it if another VACUUM
         holds it (PostgreSQL; nothing to do on SQLite)."""
 
-    async def metrics_add(self, params: MetricsAddParams) -> None:
+    async def metrics_add(self, rows: Sequence[MetricRow]) -> None:
         """Add samples to the minute rollups (rows with a bucket) and the totals."""
 
     async def metrics_series(self, params: MetricsSeriesParams) -> list[MetricPoint]: ...
 
     async def metrics_totals(self) -> list[MetricTotal]: ...
 
-    async def metrics_depth_sample(self, params: MetricsDepthSampleParams) -> None: ...
+    async def metrics_depth_sample(self, bucket: float) -> None: ...
 
     async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]: ...
 
-    async def metrics_prune(self, params: MetricsPruneParams) -> int: ...
+    async def metrics_prune(self, before: float) -> int: ...
 
     # -- workflows and batches (composition.py; settled by migration 0010's triggers) ----
 
@@ -351,5 +339,5 @@ class Storage(Protocol):
     async def job_claim_one(self, params: JobClaimOneParams) -> Job | None:
         """Claim one chosen job, as ``job_fetch_available`` would (inline mode)."""
 
-    async def job_stage_early(self, params: JobStageEarlyParams) -> list[StagedJob]:
+    async def job_stage_early(self, *, queue: str | None = None) -> list[StagedJob]:
         """Make waiting jobs available now, due or not (``drain(include_scheduled=True)``)."""

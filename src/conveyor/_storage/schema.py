@@ -22,11 +22,6 @@ _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class MigrateParams:
-    dry_run: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class Migration:
     version: int
     name: str
@@ -55,11 +50,6 @@ class TableDeadRows:
     dead: int
     live: int
     owned: bool
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DbHealthParams:
-    timeout: float = 3.0
 
 
 def _folder(dialect: str, *parts: str) -> Traversable:

@@ -29,7 +29,7 @@ from ..job_types import (
     JobChanged,
     JobFilter,
 )
-from ..schema import DbHealth, DbHealthParams, MigrateParams, Migration, pending_migrations
+from ..schema import DbHealth, Migration, pending_migrations
 from ..wake import WakeCallback, WakeHub
 from . import schema
 from .connection import (
@@ -325,11 +325,11 @@ class PostgresPools(CompositionStorage):
             )
 
     async def schema_pending(self) -> list[Migration]:
-        return await self.migrate(MigrateParams(dry_run=True))
+        return await self.migrate(dry_run=True)
 
-    async def migrate(self, params: MigrateParams) -> list[Migration]:
+    async def migrate(self, *, dry_run: bool = False) -> list[Migration]:
         async with self._transaction() as conn:
-            return await schema.migrate(conn, params)
+            return await schema.migrate(conn, dry_run)
 
-    async def db_health(self, params: DbHealthParams) -> DbHealth:
-        return await schema.health(self._config, self._errors, self._q["schema_version"], params)
+    async def db_health(self, *, timeout: float = 3.0) -> DbHealth:
+        return await schema.health(self._config, self._errors, self._q["schema_version"], timeout)

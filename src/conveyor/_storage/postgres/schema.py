@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from ..schema import DbHealth, DbHealthParams, MigrateParams, Migration, pending_migrations
+from ..schema import DbHealth, Migration, pending_migrations
 from .connection import Errors, PostgresConfig, connect_kwargs
 
 #: Serialises concurrent ``conveyor migrate`` runs across every process ("conv").
@@ -26,7 +26,7 @@ async def applied(conn: psycopg.AsyncConnection[Any]) -> list[int]:
     return [r["version"] for r in await cur.fetchall()]
 
 
-async def migrate(conn: psycopg.AsyncConnection[Any], params: MigrateParams) -> list[Migration]:
+async def migrate(conn: psycopg.AsyncConnection[Any], dry_run: bool) -> list[Migration]:
     """Apply what is pending; ``conn`` must be inside a transaction."""
     await conn.execute("SELECT pg_advisory_xact_lock(%s)", [_MIGRATE_LOCK])
     await conn.execute(
@@ -35,7 +35,7 @@ async def migrate(conn: psycopg.AsyncConnection[Any], params: MigrateParams) -> 
     )
     cur = await conn.execute("SELECT version FROM conveyor_migrations")
     pending = pending_migrations("postgres", [r["version"] for r in await cur.fetchall()])
-    if params.dry_run:
+    if dry_run:
         return pending
     for migration in pending:
         # No parameters, so psycopg sends the whole multi-statement file at once.
@@ -48,12 +48,12 @@ async def migrate(conn: psycopg.AsyncConnection[Any], params: MigrateParams) -> 
 
 
 async def health(config: PostgresConfig, errors: Errors, sql: str,
-                 params: DbHealthParams) -> DbHealth:
+                 timeout: float) -> DbHealth:
     """On its own connection: it answers quickly (and truthfully) while the pool would
     wait."""
     latest = len(pending_migrations("postgres", ()))
     try:
-        async with asyncio.timeout(params.timeout):
+        async with asyncio.timeout(timeout):
             conn = await psycopg.AsyncConnection.connect(config.url, **connect_kwargs(config))
             async with conn:
                 cur = await conn.execute(sql, prepare=False)

@@ -21,11 +21,11 @@ from psycopg.rows import dict_row
 from ..._errors import DatabaseUnavailableError
 from ..._job import Job
 from ..control_types import (
-    ConcurrencyAcquireParams,
+    ConcurrencyGroup,
     LeaderElectParams,
     LeaderRow,
     RateGrant,
-    RateLimitAcquireParams,
+    RateRequest,
     gcra,
 )
 from ..job_types import (
@@ -35,10 +35,9 @@ from ..job_types import (
     JobHeartbeatManyParams,
     JobHeartbeatResult,
     JobInsert,
-    JobInsertManyParams,
-    JobProgressManyParams,
+    JobProgress,
 )
-from ..metric_types import MetricsAddParams, MetricsPruneParams
+from ..metric_types import MetricRow
 from ..rows import job_from_row, leader_row, sort_for_claim
 from ..unique import run_async, run_sync, unique_insert
 from ..workflow import Steps
@@ -89,11 +88,10 @@ class PostgresStorage(PostgresPools):
             return await batch.insert_plain(conn, self._q, jobs, self._config.channel)
 
     async def job_insert_many(
-        self, params: JobInsertManyParams, connection: Any = None
+        self, jobs: Sequence[JobInsert], connection: Any = None
     ) -> list[Job]:
         if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
-            return self.job_insert_many_sync(params, connection)
-        jobs = params.jobs
+            return self.job_insert_many_sync(jobs, connection)
         if _plain(jobs):
             inserted = batch.jobs_of(jobs, await self._insert_plain(jobs, connection))
             if connection is None:
@@ -115,59 +113,59 @@ class PostgresStorage(PostgresPools):
             self._woke(j.queue for j in inserted)
         return inserted
 
-    async def job_insert_ids(self, params: JobInsertManyParams, connection: Any = None
+    async def job_insert_ids(self, jobs: Sequence[JobInsert], connection: Any = None
                              ) -> list[int]:
-        if _plain(params.jobs) and (connection is None
-                                    or isinstance(connection, psycopg.AsyncConnection)):
-            ids = (await self._insert_plain(params.jobs, connection)).ids
+        if _plain(jobs) and (connection is None
+                             or isinstance(connection, psycopg.AsyncConnection)):
+            ids = (await self._insert_plain(jobs, connection)).ids
             if connection is None:
-                self._woke(j.queue for j in params.jobs)
+                self._woke(j.queue for j in jobs)
             return ids
-        return [j.id for j in await self.job_insert_many(params, connection)]
+        return [j.id for j in await self.job_insert_many(jobs, connection)]
 
-    def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
-        inserted = self._insert_blocking(params)
+    def job_insert_many_blocking(self, jobs: Sequence[JobInsert]) -> list[Job]:
+        inserted = self._insert_blocking(jobs)
         self._woke(j.queue for j in inserted)  # only when polling (no LISTEN)
         return inserted
 
-    def _insert_blocking(self, params: JobInsertManyParams) -> list[Job]:
+    def _insert_blocking(self, jobs: Sequence[JobInsert]) -> list[Job]:
         if self._pool is None:
             raise DatabaseUnavailableError("storage is not open")
         with self._errors.translate(), \
                 self._blocking.connection(self._config.connect_timeout) as conn:
-            return self._insert_sync(params, conn, None)
+            return self._insert_sync(jobs, conn, None)
 
-    def job_insert_ids_blocking(self, params: JobInsertManyParams) -> list[int]:
-        if self._pool is None or not _plain(params.jobs):
-            return [j.id for j in self.job_insert_many_blocking(params)]
+    def job_insert_ids_blocking(self, jobs: Sequence[JobInsert]) -> list[int]:
+        if self._pool is None or not _plain(jobs):
+            return [j.id for j in self.job_insert_many_blocking(jobs)]
         with self._errors.translate(), \
                 self._blocking.connection(self._config.connect_timeout) as conn:
-            ids = batch.insert_plain_sync(conn, self._q, params.jobs, self._config.channel).ids
-        self._woke(j.queue for j in params.jobs)  # only when polling (no LISTEN)
+            ids = batch.insert_plain_sync(conn, self._q, jobs, self._config.channel).ids
+        self._woke(j.queue for j in jobs)  # only when polling (no LISTEN)
         return ids
 
-    def job_insert_many_sync(self, params: JobInsertManyParams, connection: Any) -> list[Job]:
+    def job_insert_many_sync(self, jobs: Sequence[JobInsert], connection: Any) -> list[Job]:
         if not isinstance(connection, psycopg.Connection):
             raise TypeError(
                 "connection= on the PostgreSQL backend must be a psycopg (3) Connection or "
                 f"AsyncConnection to the same database, not {type(connection).__name__}"
             )
-        return self._insert_sync(params, connection, CALLER_PREPARE)
+        return self._insert_sync(jobs, connection, CALLER_PREPARE)
 
-    def _insert_sync(self, params: JobInsertManyParams, connection: psycopg.Connection[Any],
+    def _insert_sync(self, jobs: Sequence[JobInsert], connection: psycopg.Connection[Any],
                      prepare: bool | None) -> list[Job]:
         """On a caller's connection (``prepare=False``) or a blocking one of our own."""
-        if _plain(params.jobs):
+        if _plain(jobs):
             with self._errors.translate():
-                return batch.jobs_of(params.jobs, batch.insert_plain_sync(
-                    connection, self._q, params.jobs, self._config.channel, prepare))
+                return batch.jobs_of(jobs, batch.insert_plain_sync(
+                    connection, self._q, jobs, self._config.channel, prepare))
 
         def run(name: str, values: Mapping[str, Any]) -> list[Job]:
             with self._errors.translate(), connection.cursor(row_factory=dict_row) as cur:
                 cur.execute(self._q[name], values, prepare=prepare)
                 return [job_from_row(r, json_text=False) for r in cur.fetchall()]
 
-        return run_sync(unique_insert(params.jobs, self._insert_values, self._keys), run)
+        return run_sync(unique_insert(jobs, self._insert_values, self._keys), run)
 
     async def _run_steps(self, steps: Steps, connection: Any) -> Any:
         if connection is None:
@@ -220,8 +218,7 @@ class PostgresStorage(PostgresPools):
             frozenset(r["id"] for r in rows if r["cancel_requested"]),
         )
 
-    async def job_progress_many(self, params: JobProgressManyParams) -> list[int]:
-        entries = params.entries
+    async def job_progress_many(self, entries: Sequence[JobProgress]) -> list[int]:
         if not entries:
             return []
         values = {"id": [e.id for e in entries], "lease_token": [e.lease_token for e in entries],
@@ -239,27 +236,27 @@ class PostgresStorage(PostgresPools):
             rows = await self._fetch("leader_get", {"name": params.name}, conn)
         return leader_row(rows[0]) if rows else None
 
-    async def rate_limit_acquire(self, params: RateLimitAcquireParams) -> list[RateGrant]:
+    async def rate_limit_acquire(self, requests: Sequence[RateRequest]) -> list[RateGrant]:
         """A row lock on each rate budget, taken in key order: two processes never wait
         on each other's keys in a cycle."""
         grants: dict[int, RateGrant] = {}
         async with self._transaction() as conn:
             now = (await self._fetch("clock_now", {}, conn))[0]["now"].timestamp()
-            order = sorted(range(len(params.requests)), key=lambda i: params.requests[i].key)
+            order = sorted(range(len(requests)), key=lambda i: requests[i].key)
             for i in order:
-                request = params.requests[i]
+                request = requests[i]
                 tat = (await self._fetch("rate_limit_lock", {"key": request.key}, conn))[0]["tat"]
                 granted, new_tat, wait = gcra(tat, now, request)
                 if granted:
                     await self._fetch("rate_limit_set", {"key": request.key, "tat": new_tat}, conn)
                 grants[i] = RateGrant(granted, wait)
-        return [grants[i] for i in range(len(params.requests))]
+        return [grants[i] for i in range(len(requests))]
 
-    async def job_concurrency_acquire(self, params: ConcurrencyAcquireParams) -> frozenset[int]:
+    async def job_concurrency_acquire(self, groups: Sequence[ConcurrencyGroup]) -> frozenset[int]:
         """An advisory lock per concurrency key, taken in key order."""
         granted: set[int] = set()
         async with self._transaction() as conn:
-            for group in sorted(params.groups, key=lambda g: g.key):
+            for group in sorted(groups, key=lambda g: g.key):
                 await self._fetch("concurrency_lock", {"key": group.key}, conn)
                 held = (await self._fetch("concurrency_count", {"key": group.key}, conn))[0]["n"]
                 for job_id, token in group.leases[: max(group.limit - held, 0)]:
@@ -268,9 +265,9 @@ class PostgresStorage(PostgresPools):
                     granted.update(r["id"] for r in rows)
         return frozenset(granted)
 
-    async def metrics_add(self, params: MetricsAddParams) -> None:
-        minute = [r for r in params.rows if r.bucket is not None]
-        total = [r for r in params.rows if r.bucket is None]
+    async def metrics_add(self, rows: Sequence[MetricRow]) -> None:
+        minute = [r for r in rows if r.bucket is not None]
+        total = [r for r in rows if r.bucket is None]
         async with self._transaction() as conn:
             if minute:
                 await conn.execute(self._q["metrics_add"], {
@@ -284,9 +281,9 @@ class PostgresStorage(PostgresPools):
                     "metric": [r.metric for r in total], "value": [float(r.value) for r in total],
                 })
 
-    async def metrics_prune(self, params: MetricsPruneParams) -> int:
+    async def metrics_prune(self, before: float) -> int:
         async with self._transaction() as conn:
-            values = {"before": params.before}
+            values = {"before": before}
             first = await conn.execute(self._q["metrics_prune"], values)
             second = await conn.execute(self._q["metrics_depth_prune"], values)
             return max(first.rowcount, 0) + max(second.rowcount, 0)

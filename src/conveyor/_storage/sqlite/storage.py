@@ -21,11 +21,11 @@ from ..._job import Job, JobState
 from ..base import Row, changed_jobs
 from ..composition import CompositionStorage
 from ..control_types import (
-    ConcurrencyAcquireParams,
+    ConcurrencyGroup,
     LeaderElectParams,
     LeaderRow,
     RateGrant,
-    RateLimitAcquireParams,
+    RateRequest,
     gcra,
 )
 from ..freelist import FreeList
@@ -39,12 +39,11 @@ from ..job_types import (
     JobHeartbeatManyParams,
     JobHeartbeatResult,
     JobInsert,
-    JobInsertManyParams,
-    JobProgressManyParams,
+    JobProgress,
 )
-from ..metric_types import MetricsAddParams, MetricsPruneParams
+from ..metric_types import MetricRow
 from ..rows import job_from_row, jobs_from_rows, leader_row, sort_for_claim
-from ..schema import DbHealth, DbHealthParams, MigrateParams, Migration, pending_migrations
+from ..schema import DbHealth, Migration, pending_migrations
 from ..unique import run_sync, unique_insert
 from ..wake import WakeHub
 from ..workflow import Steps
@@ -142,7 +141,7 @@ class SQLiteStorage(CompositionStorage):
             return
         await self._thread.start()
         if check_schema:
-            await self.migrate(MigrateParams())
+            await self.migrate()
 
     async def close(self) -> None:
         self._callers.close()
@@ -160,10 +159,10 @@ class SQLiteStorage(CompositionStorage):
     async def schema_pending(self) -> list[Migration]:
         return await self._thread.call_write(self._pending)
 
-    async def migrate(self, params: MigrateParams) -> list[Migration]:
+    async def migrate(self, *, dry_run: bool = False) -> list[Migration]:
         def run(conn: Conn) -> list[Migration]:
             pending = self._pending(conn)
-            if params.dry_run:
+            if dry_run:
                 return pending
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS conveyor_migrations ("
@@ -181,7 +180,7 @@ class SQLiteStorage(CompositionStorage):
 
         return await self._thread.call_write(run)
 
-    async def db_health(self, params: DbHealthParams) -> DbHealth:
+    async def db_health(self, *, timeout: float = 3.0) -> DbHealth:
         """On its own read-only connection: a database file that went away shows, where
         the storage's open connection would still read the unlinked file."""
         latest = len(pending_migrations(self.dialect, ()))
@@ -189,71 +188,71 @@ class SQLiteStorage(CompositionStorage):
 
         def probe() -> int:
             uri = f"file:{quote(self._config.path, safe='/')}?mode=ro"
-            conn = sqlite3.connect(uri, uri=True, timeout=params.timeout)
+            conn = sqlite3.connect(uri, uri=True, timeout=timeout)
             try:
                 return int(conn.execute(sql).fetchone()[0])
             finally:
                 conn.close()
 
         try:
-            version = await asyncio.wait_for(asyncio.to_thread(probe), params.timeout)
+            version = await asyncio.wait_for(asyncio.to_thread(probe), timeout)
         except (sqlite3.Error, TimeoutError) as exc:
             return DbHealth(False, None, latest, f"{type(exc).__name__}: {exc}")
         return DbHealth(True, version, latest)
 
     # -- jobs: the batch paths ---------------------------------------------------------------
 
-    def _insert_rows(self, conn: Conn, params: JobInsertManyParams) -> list[Job]:
-        if all(job.unique_key is None for job in params.jobs):  # one executemany
-            return batch.insert_plain(conn, self._q, params.jobs).jobs(params.jobs)
+    def _insert_rows(self, conn: Conn, jobs: Sequence[JobInsert]) -> list[Job]:
+        if all(job.unique_key is None for job in jobs):  # one executemany
+            return batch.insert_plain(conn, self._q, jobs).jobs(jobs)
 
         def run(name: str, values: list[dict[str, Any]]) -> list[Job]:
             found = (conn.execute(self._q[name], v).fetchone() for v in values)
             return [job_from_row(r, json_text=True) for r in found if r is not None]
 
         return run_sync(unique_insert(
-            params.jobs, lambda jobs: [_insert_values(j) for j in jobs],
+            jobs, lambda batch: [_insert_values(j) for j in batch],
             lambda keys: [{"unique_key": k} for k in keys]), run)
 
     async def job_insert_many(
-        self, params: JobInsertManyParams, connection: Any = None
+        self, jobs: Sequence[JobInsert], connection: Any = None
     ) -> list[Job]:
         if connection is not None:
-            return self.job_insert_many_sync(params, connection)
-        jobs = await self._thread.call_write(lambda c: self._insert_rows(c, params))
-        self._woke(j.queue for j in jobs)
-        return jobs
+            return self.job_insert_many_sync(jobs, connection)
+        inserted = await self._thread.call_write(lambda c: self._insert_rows(c, jobs))
+        self._woke(j.queue for j in inserted)
+        return inserted
 
-    def _insert_ids(self, conn: Conn, params: JobInsertManyParams) -> list[int]:
-        if all(job.unique_key is None for job in params.jobs):  # no Job built at all
-            return list(batch.insert_plain(conn, self._q, params.jobs).ids)
-        return [job.id for job in self._insert_rows(conn, params)]
+    def _insert_ids(self, conn: Conn, jobs: Sequence[JobInsert]) -> list[int]:
+        if all(job.unique_key is None for job in jobs):  # no Job built at all
+            return list(batch.insert_plain(conn, self._q, jobs).ids)
+        return [job.id for job in self._insert_rows(conn, jobs)]
 
-    async def job_insert_ids(self, params: JobInsertManyParams, connection: Any = None
+    async def job_insert_ids(self, jobs: Sequence[JobInsert], connection: Any = None
                              ) -> list[int]:
         if connection is not None:
-            return [job.id for job in self.job_insert_many_sync(params, connection)]
-        ids = await self._thread.call_write(lambda c: self._insert_ids(c, params))
-        self._woke({j.queue for j in params.jobs})
+            return [job.id for job in self.job_insert_many_sync(jobs, connection)]
+        ids = await self._thread.call_write(lambda c: self._insert_ids(c, jobs))
+        self._woke({j.queue for j in jobs})
         return ids
 
-    def job_insert_ids_blocking(self, params: JobInsertManyParams) -> list[int]:
+    def job_insert_ids_blocking(self, jobs: Sequence[JobInsert]) -> list[int]:
         if not self._thread.running or self._thread.is_current():
             raise DatabaseUnavailableError("storage is not open")
         with self._callers.connection(self._config.busy_timeout) as conn:
-            ids = self._thread.write(conn, lambda c: self._insert_ids(c, params))
-        self._woke({j.queue for j in params.jobs})
+            ids = self._thread.write(conn, lambda c: self._insert_ids(c, jobs))
+        self._woke({j.queue for j in jobs})
         return ids
 
-    def job_insert_many_blocking(self, params: JobInsertManyParams) -> list[Job]:
+    def job_insert_many_blocking(self, jobs: Sequence[JobInsert]) -> list[Job]:
         if not self._thread.running or self._thread.is_current():
             raise DatabaseUnavailableError("storage is not open")
         with self._callers.connection(self._config.busy_timeout) as conn:
-            jobs = self._thread.write(conn, lambda c: self._insert_rows(c, params))
-        self._woke(j.queue for j in jobs)
-        return jobs
+            inserted = self._thread.write(conn, lambda c: self._insert_rows(c, jobs))
+        self._woke(j.queue for j in inserted)
+        return inserted
 
-    def job_insert_many_sync(self, params: JobInsertManyParams, connection: Any) -> list[Job]:
+    def job_insert_many_sync(self, jobs: Sequence[JobInsert], connection: Any) -> list[Job]:
         if not isinstance(connection, sqlite3.Connection):
             raise TypeError(
                 "connection= on the SQLite backend must be a sqlite3.Connection to the same file"
@@ -261,7 +260,7 @@ class SQLiteStorage(CompositionStorage):
         previous = connection.row_factory
         connection.row_factory = sqlite3.Row
         try:
-            return self._insert_rows(connection, params)
+            return self._insert_rows(connection, jobs)
         finally:
             connection.row_factory = previous
 
@@ -329,12 +328,12 @@ class SQLiteStorage(CompositionStorage):
 
         return await self._thread.call_write(run)
 
-    async def job_progress_many(self, params: JobProgressManyParams) -> list[int]:
+    async def job_progress_many(self, entries: Sequence[JobProgress]) -> list[int]:
         sql = self._q["job_progress"]
 
         def run(conn: Conn) -> list[int]:  # one transaction on the writer thread
             applied = []
-            for e in params.entries:
+            for e in entries:
                 row = conn.execute(sql, {"id": e.id, "lease_token": e.lease_token,
                                          "progress": e.progress, "message": e.message,
                                          "meta": e.meta_json}).fetchone()
@@ -342,7 +341,7 @@ class SQLiteStorage(CompositionStorage):
                     applied.append(row["id"])
             return applied
 
-        return await self._thread.call_write(run) if params.entries else []
+        return await self._thread.call_write(run) if entries else []
 
     async def job_delete_by_queue(self, queue: str) -> int:
         hot, history = self._q["job_delete_by_queue"], self._q["job_history_delete_by_queue"]
@@ -364,12 +363,12 @@ class SQLiteStorage(CompositionStorage):
         row = await self._thread.call_write(run)
         return leader_row(row) if row is not None else None
 
-    async def rate_limit_acquire(self, params: RateLimitAcquireParams) -> list[RateGrant]:
+    async def rate_limit_acquire(self, requests: Sequence[RateRequest]) -> list[RateGrant]:
         """BEGIN IMMEDIATE serialises limit checks across processes sharing the file."""
         def run(c: Conn) -> list[RateGrant]:
             now = c.execute(self._q["clock_now"]).fetchone()["now"]
             grants = []
-            for request in params.requests:
+            for request in requests:
                 row = c.execute(self._q["rate_limit_lock"], {"key": request.key}).fetchone()
                 granted, tat, wait = gcra(row["tat"] if row else None, now, request)
                 if granted:
@@ -379,10 +378,10 @@ class SQLiteStorage(CompositionStorage):
 
         return await self._thread.call_write(run)
 
-    async def job_concurrency_acquire(self, params: ConcurrencyAcquireParams) -> frozenset[int]:
+    async def job_concurrency_acquire(self, groups: Sequence[ConcurrencyGroup]) -> frozenset[int]:
         def run(c: Conn) -> frozenset[int]:
             granted: set[int] = set()
-            for group in sorted(params.groups, key=lambda g: g.key):
+            for group in sorted(groups, key=lambda g: g.key):
                 c.execute(self._q["concurrency_lock"], {"key": group.key})
                 held = c.execute(self._q["concurrency_count"], {"key": group.key}).fetchone()["n"]
                 for job_id, token in group.leases[: max(group.limit - held, 0)]:
@@ -395,11 +394,11 @@ class SQLiteStorage(CompositionStorage):
 
         return await self._thread.call_write(run)
 
-    async def metrics_add(self, params: MetricsAddParams) -> None:
+    async def metrics_add(self, rows: Sequence[MetricRow]) -> None:
         minute = [{"bucket": r.bucket, "queue": r.queue, "task": r.task, "metric": r.metric,
-                   "value": r.value} for r in params.rows if r.bucket is not None]
+                   "value": r.value} for r in rows if r.bucket is not None]
         total = [{"queue": r.queue, "task": r.task, "metric": r.metric, "value": r.value}
-                 for r in params.rows if r.bucket is None]
+                 for r in rows if r.bucket is None]
 
         def run(c: Conn) -> None:
             c.executemany(self._q["metrics_add"], minute)
@@ -407,9 +406,9 @@ class SQLiteStorage(CompositionStorage):
 
         await self._thread.call_write(run)
 
-    async def metrics_prune(self, params: MetricsPruneParams) -> int:
+    async def metrics_prune(self, before: float) -> int:
         def run(c: Conn) -> int:
-            values = {"before": params.before}
+            values = {"before": before}
             n = c.execute(self._q["metrics_prune"], values).rowcount
             return n + c.execute(self._q["metrics_depth_prune"], values).rowcount
 

@@ -8,7 +8,9 @@ is printed as ``\\x1b``, never sent to the terminal. ``--json`` escapes them as 
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from datetime import datetime
 from typing import Any
 
@@ -61,9 +63,29 @@ STATE_STYLES: dict[str, str] = {
 }
 
 
+#: The width of output that goes to no terminal (a pipe, a file, a log): wide enough
+#: that no table column or line is cut, where rich would assume 80 columns.
+OFF_TERMINAL_WIDTH = 100_000
+
+
+def to_terminal(*, stderr: bool = False) -> bool:
+    stream = sys.stderr if stderr else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty is not None and isatty())
+
+
 def console(*, stderr: bool = False) -> Console:
-    """A console bound to the current sys.stdout/stderr (CliRunner swaps them)."""
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    """A console bound to the current sys.stdout/stderr (CliRunner swaps them): the
+    terminal's width on a terminal or an exported ``COLUMNS``; off a terminal (piped, in
+    a log) nothing is cut, where rich would cut at 80 columns."""
+    sized = to_terminal(stderr=stderr) or os.environ.get("COLUMNS", "").strip().isdigit()
+    width = None if sized else OFF_TERMINAL_WIDTH
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+
+
+def fits_terminal(out: Console) -> bool:
+    """True when ``out`` has a terminal's width to fit (and to cut text at)."""
+    return out.width < OFF_TERMINAL_WIDTH
 
 
 def print_json(doc: Any) -> None:

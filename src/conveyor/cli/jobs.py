@@ -19,8 +19,10 @@ from rich.table import Table
 from rich.text import Text
 
 from .._app import Conveyor, Dependency
-from .._job import Job
+from .._job import Job, JobState
+from .._operations import Operations
 from .._redact import redact_secrets
+from .._storage import JobFilter
 from ._base import (
     CONTEXT,
     EPILOG,
@@ -35,6 +37,7 @@ from ._render import (
     STATES,
     compact,
     console,
+    fits_terminal,
     last_error,
     plain,
     print_json,
@@ -58,10 +61,21 @@ async def list_jobs(
         raise click.UsageError(str(exc)) from None
 
 
-def call_text(job: Job, limit: int = 40) -> str:
+async def count_listed(app: Conveyor, state: str | None, queue: str | None,
+                       task: str | None) -> int:
+    """How many jobs ``jobs list``'s filters match, counted up to ``COUNT_CAP``."""
+    flt = JobFilter(states=(JobState(state),) if state else (), queue=queue, task=task)
+    return await Operations(app, source="cli").count_matching(flt, COUNT_CAP)
+
+
+#: ``jobs list`` counts the jobs its filters match up to this many (then "100,000+").
+COUNT_CAP = 100_000
+
+
+def call_text(job: Job, limit: int = 40, each: int = 40) -> str:
     """``"a@b.c", subject="hi"``: the job's arguments as a call, shortened to ``limit``
-    (each argument to 40 characters at most)."""
-    each = min(limit, 40)
+    (each argument to ``each`` characters at most)."""
+    each = min(limit, each)
     parts = [compact(a, each) for a in job.args]
     parts += [f"{k}={compact(v, each)}" for k, v in job.kwargs.items()]
     return shorten(", ".join(parts), limit)
@@ -93,10 +107,12 @@ def text_widths(jobs: list[Job], width: int, wide: bool) -> tuple[int, int]:
     return args, max(free - args, 12)
 
 
-def jobs_table(jobs: list[Job], *, wide: bool = True, width: int = 200) -> Table:
+def jobs_table(jobs: list[Job], *, wide: bool = True, width: int = 200,
+               full: bool = False) -> Table:
     """One line per job, as wide as ``width``: the identity columns are whole, the
     args and the last error end with an ellipsis where the terminal ends; narrow
-    terminals get one column for the args or the error."""
+    terminals get one column for the args or the error. ``full`` (off a terminal):
+    nothing is cut."""
     args_width, error_width = text_widths(jobs, width, wide)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("id", justify="right", style="bold", no_wrap=True)
@@ -111,7 +127,7 @@ def jobs_table(jobs: list[Job], *, wide: bool = True, width: int = 200) -> Table
         table.add_column("args / last error", no_wrap=True, overflow="ellipsis")
     for job in jobs:
         error = Text(shorten(safe(last_error(job)), error_width), style="red")
-        args = plain(call_text(job, args_width))
+        args = plain(call_text(job, args_width, args_width if full else 40))
         extra = [when(job.scheduled_at, short=True), args, error] if wide else [
             error if job.errors else args]
         table.add_row(str(job.id), plain(job.task), plain(job.queue), state_text(job.state),
@@ -120,9 +136,10 @@ def jobs_table(jobs: list[Job], *, wide: bool = True, width: int = 200) -> Table
 
 
 def show_jobs(jobs: list[Job], *, as_json: bool, single: bool = False,
-              secrets: bool = False) -> None:
+              secrets: bool = False, matching: int | None = None) -> None:
     """A list of jobs (or one, with ``single``) as a table or JSON, secrets redacted
-    unless ``secrets``."""
+    unless ``secrets``; ``matching``: how many jobs matched (more than were listed
+    when ``--limit`` cut the list), said under the table."""
     jobs = jobs if secrets else [redact_secrets(job) for job in jobs]
     if as_json:
         print_json(jobs[0].to_dict() if single else [job.to_dict() for job in jobs])
@@ -131,9 +148,18 @@ def show_jobs(jobs: list[Job], *, as_json: bool, single: bool = False,
     if not jobs:
         out.print("no jobs match", style="dim")
         return
-    out.print(jobs_table(jobs, wide=out.width >= 120, width=out.width))
-    if not single and len(jobs) > 1:
-        out.print(f"{len(jobs)} job(s), newest first", style="dim")
+    out.print(jobs_table(jobs, wide=out.width >= 120, width=out.width,
+                         full=not fits_terminal(out)))
+    if not single:
+        out.print(listed_line(len(jobs), matching), style="dim")
+
+
+def listed_line(listed: int, matching: int | None) -> str:
+    """``50 of 1,001 job(s), newest first (--limit)``: what was listed of how many."""
+    if matching is None or matching <= listed:
+        return f"{listed:,} job(s), newest first"
+    more = "+" if matching >= COUNT_CAP else ""
+    return f"{listed:,} of {matching:,}{more} job(s), newest first (--limit)"
 
 
 def detail_table(job: Job) -> Table:
@@ -166,7 +192,9 @@ def progress_line(job: Job, width: int = 20) -> str:
     return f"{line}  {job.progress_message}" if job.progress_message else line
 
 
-def error_panels(job: Job) -> list[Panel]:
+def error_panels(job: Job, expand: bool = True) -> list[Panel]:
+    """One panel per attempt's error; ``expand=False`` off a terminal (a panel as wide
+    as its text, not as the unbounded width)."""
     panels = []
     for entry in job.errors:
         body = Text(safe(entry.get("error", ""), multiline=True), style="red")
@@ -174,7 +202,8 @@ def error_panels(job: Job) -> list[Panel]:
             body.append("\n\n")
             body.append(safe(entry["traceback"], multiline=True).rstrip(), style="dim")
         title = f"attempt {safe(entry.get('attempt', '?'))} · {safe(entry.get('at', ''))}"
-        panels.append(Panel(body, title=title, title_align="left", border_style="red"))
+        panels.append(Panel(body, title=title, title_align="left", border_style="red",
+                            expand=expand))
     return panels
 
 
@@ -194,10 +223,11 @@ def show_detail(job: Job, *, as_json: bool, secrets: bool = False,
             f"#{d.id} {safe(d.task or '?')} ",
             state_text(d.state) if d.state else Text("deleted", style="dim"),
             f" (on failure: {d.on_failure})") for d in dependencies)
-    errors = error_panels(job)
+    out = console()
+    errors = error_panels(job, expand=fits_terminal(out))
     parts.append(Text(f"\nerrors ({len(errors)})", style="bold"))
     parts.extend(errors or [Text("none", style="dim")])
-    console().print(Group(*parts))
+    out.print(Group(*parts))
 
 
 def secrets_option(fn: click.decorators.FC) -> click.decorators.FC:
@@ -228,7 +258,10 @@ def jobs_list(state: str | None, queue: str | None, task_name: str | None, limit
     """List jobs, newest first."""
     app = open_app(app_path, url)
     found = run_async(app, lambda: list_jobs(app, state, queue, task_name, limit))
-    show_jobs(found, as_json=as_json, secrets=secrets)
+    matching = None
+    if len(found) == limit and not as_json:  # --limit may have cut the list
+        matching = run_async(app, lambda: count_listed(app, state, queue, task_name))
+    show_jobs(found, as_json=as_json, secrets=secrets, matching=matching)
 
 
 @jobs.command("show", epilog=EPILOG)

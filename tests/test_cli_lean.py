@@ -42,7 +42,7 @@ CHILD = textwrap.dedent("""
         if name.split(".")[0] in BLOCKED:
             del sys.modules[name]
 
-    import conveyor.cli.queues, conveyor.cli.status
+    import conveyor.cli.queues, conveyor.cli.status, conveyor.web
     from conveyor.cli import cli
 
     code = 0
@@ -103,3 +103,10 @@ def test_queues_and_check_run_without_the_extras(seeded: str) -> None:
     assert loaded == [] and [q["name"] for q in json.loads(doc)] == ["mail"]
     doc, loaded = run_blocked("check", "--json", "--url", seeded)
     assert loaded == [] and json.loads(doc)["status"] == "ok"
+
+
+def test_the_web_face_and_dashboard_help_import_without_the_extras() -> None:
+    """``conveyor.web`` (its settings, environment names, ``create_app``) imports
+    without starlette and jinja2; only calling ``create_app`` needs them."""
+    out, loaded = run_blocked("dashboard", "--help")
+    assert loaded == [] and "--poll" in out and "[default: 2.0" in out

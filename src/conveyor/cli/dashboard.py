@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from .._app import Conveyor
-from ..web._settings import (
+from ..web import (
+    DEFAULT_SETTINGS,
     ENV_ALLOWED_HOSTS,
     ENV_PASSWORD,
     ENV_TOKEN,
@@ -146,7 +147,8 @@ def _serve(uvicorn: Any, asgi: Any, sock: socket.socket, host: str, port: int, u
               help="Env: CONVEYOR_DASHBOARD_PORT.")
 @click.option("--read-only", is_flag=True, envvar="CONVEYOR_DASHBOARD_READ_ONLY",
               help="Show everything, change nothing. Env: CONVEYOR_DASHBOARD_READ_ONLY=1.")
-@click.option("--poll", type=click.FloatRange(min=0), default=2.0, show_default=True,
+@click.option("--poll", type=click.FloatRange(min=0), default=DEFAULT_SETTINGS.poll_interval,
+              show_default=True,
               help="Seconds between live updates in the browser (0: off).")
 @click.option("--allowed-host", "allowed", multiple=True, metavar="NAME",
               help="A Host name to serve besides localhost, 127.0.0.1 and [::1] (repeat it; "

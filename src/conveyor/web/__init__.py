@@ -1,7 +1,9 @@
 """Mission Control: Conveyor's web dashboard, ``/healthz`` and Prometheus ``/metrics``.
 
 Needs the ``web`` extra (``pip install 'conveyor[web]'``): Starlette, Jinja2, uvicorn.
-Run it with ``conveyor dashboard``, or mount it in your own ASGI app::
+This package face imports neither (``conveyor dashboard`` reads its settings and
+environment names here without them); ``create_app`` does. Run it with
+``conveyor dashboard``, or mount it in your own ASGI app::
 
     from conveyor.web import BasicAuth, create_app
 
@@ -25,6 +27,14 @@ from typing import TYPE_CHECKING
 
 from .._redact import Redactor, redact_secrets, show_everything
 from ._settings import (
+    DEFAULT_SETTINGS,
+    ENV_ALLOWED_HOSTS,
+    ENV_PASSWORD,
+    ENV_SECRET,
+    ENV_TOKEN,
+    ENV_TRUSTED_ORIGINS,
+    ENV_USER,
+    LOOPBACK_HOSTS,
     AccessHook,
     Auth,
     BasicAuth,
@@ -35,6 +45,7 @@ from ._settings import (
     auth_from_env,
     is_loopback,
     secret_from_env,
+    split_names,
     trusted_origins_from_env,
 )
 
@@ -44,23 +55,26 @@ if TYPE_CHECKING:
     from .._app import Conveyor
 
 
+_D = DEFAULT_SETTINGS
+
+
 def create_app(
     app: Conveyor,
     *,
-    auth: Auth | None = None,
-    read_only: bool = False,
-    access: AccessHook | None = None,
-    redact: Redactor = redact_secrets,
-    poll_interval: float = 2.0,
-    bulk_cap: int = 10_000,
-    count_cap: int = 10_000,
+    auth: Auth | None = _D.auth,
+    read_only: bool = _D.read_only,
+    access: AccessHook | None = _D.access,
+    redact: Redactor = _D.redact,
+    poll_interval: float = _D.poll_interval,
+    bulk_cap: int = _D.bulk_cap,
+    count_cap: int = _D.count_cap,
     secret: bytes | None = None,
-    title: str = "Conveyor",
+    title: str = _D.title,
     allowed_hosts: Iterable[str] | None = None,
     trusted_origins: Iterable[str] | None = None,
-    timeout: float = 2.5,
-    auth_failure_delay: float = 0.5,
-    source: str = "dashboard",
+    timeout: float = _D.timeout,
+    auth_failure_delay: float = _D.auth_failure_delay,
+    source: str = _D.source,
 ) -> Starlette:
     """The dashboard of ``app`` as an ASGI app (Starlette).
 
@@ -102,6 +116,14 @@ def create_app(
 
 
 __all__ = [
+    "DEFAULT_SETTINGS",
+    "ENV_ALLOWED_HOSTS",
+    "ENV_PASSWORD",
+    "ENV_SECRET",
+    "ENV_TOKEN",
+    "ENV_TRUSTED_ORIGINS",
+    "ENV_USER",
+    "LOOPBACK_HOSTS",
     "AccessHook",
     "Auth",
     "BasicAuth",
@@ -115,5 +137,6 @@ __all__ = [
     "redact_secrets",
     "secret_from_env",
     "show_everything",
+    "split_names",
     "trusted_origins_from_env",
 ]

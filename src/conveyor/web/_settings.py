@@ -175,6 +175,11 @@ class Settings:
         return False
 
 
+#: Every setting's default, written once (in ``Settings``): ``create_app``'s keyword
+#: arguments and ``conveyor dashboard``'s options default to these.
+DEFAULT_SETTINGS = Settings(secret=b"unused: create_app draws a random one")
+
+
 def host_name(host_header: str) -> str:
     """The name of a ``Host`` header, without the port, lowercase (IPv6 unbracketed)."""
     host = host_header.strip().lower()

@@ -18,11 +18,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .._app import Conveyor, Dependency
+from .._app import Conveyor, Dependency, JobFilter
 from .._job import Job, JobState
 from .._operations import Operations
 from .._redact import redact_secrets
-from .._storage import JobFilter
 from ._base import (
     CONTEXT,
     EPILOG,

@@ -12,20 +12,20 @@ commit, or re-render the report so that it marks its rows stale
 docs/reliability.md``).
 
 Without git history (an exported tarball) nothing can be compared: the test skips with a
-loud reason, unless ``CI=true``, where it fails.
+loud reason, and fails in a complete run (``tests/_require.py``: CI=true or a
+``CONVEYOR_REQUIRE_*`` flag).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 from collections.abc import Sequence
 
 import pytest
 
-from . import _evidence
+from . import _evidence, _require
 
 ROOT = _evidence.ROOT
 REPORTS: dict[str, tuple[str, ...]] = {
@@ -106,11 +106,8 @@ def history() -> str:
     try:
         return _evidence.head()
     except _evidence.GitUnavailable as exc:
-        reason = (f"NO GIT HISTORY: the published figures cannot be checked against the "
-                  f"code ({exc})")
-        if os.environ.get("CI", "").strip().lower() == "true":
-            pytest.fail(reason + "; CI=true requires it (check out with full history)")
-        pytest.skip(reason)
+        _require.missing(f"NO GIT HISTORY: the published figures cannot be checked against "
+                         f"the code ({exc}); check out with full history")
 
 
 @pytest.mark.parametrize("report", sorted(REPORTS))

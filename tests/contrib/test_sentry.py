@@ -16,9 +16,10 @@ from conveyor import Cancel, Conveyor, Discard, Snooze, Task, Throttle, WorkerCo
 from conveyor._runtime.cron import declare_schedules
 from conveyor._storage import ScheduleAdvanceParams
 
+from .._require import import_or_skip
 from .._runtime_util import FAST, all_final, run_worker_until
 
-sentry_sdk = pytest.importorskip("sentry_sdk", reason="sentry-sdk missing")
+sentry_sdk = import_or_skip("sentry_sdk", "sentry-sdk missing (the dev extra)")
 from sentry_sdk.envelope import Envelope  # noqa: E402
 from sentry_sdk.transport import Transport  # noqa: E402
 

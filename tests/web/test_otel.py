@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from conveyor import Conveyor
 from conveyor.otel import META_KEY, instrument
 
+from .._require import import_or_skip
 from .._runtime_util import all_final, run_worker_until
 
-sdk_trace = pytest.importorskip("opentelemetry.sdk.trace", reason="opentelemetry-sdk missing")
+sdk_trace = import_or_skip("opentelemetry.sdk.trace", "opentelemetry-sdk missing (the dev extra)")
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
     InMemorySpanExporter,

@@ -21,7 +21,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests import _pg
+from tests import _pg, _require
+
+_require.django_importable()
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "examples" / "django"

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "conveyor._job", "conveyor._dependencies", "conveyor._errors", "conveyor._config",
         "conveyor._payload",
         "conveyor._cron", "conveyor._limits", "conveyor._context", "conveyor._portal",
-        "conveyor._logfields", "conveyor._redact", "conveyor._clock",
+        "conveyor._logfields", "conveyor._redact", "conveyor._clock", "conveyor._version",
         "conveyor._metric_schema", "conveyor._format",
     )),
     ("storage", ("conveyor._storage",)),

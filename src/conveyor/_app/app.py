@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._explain import Explanation
 from .._job import Job, JobState
 from .._storage import JobFilter, LeaderRow, Migration, NodeRow
 from .._task import JobSpec
@@ -16,6 +15,9 @@ from .composition import Batch, Dependency, WorkflowInfo, WorkflowRun
 from .control import KEEP, QueueInfo, ScheduleInfo, _Keep
 from .maintenance import DEFAULT_BATCH, OnCount, OnProgress
 from .testing import TestingApp
+
+if TYPE_CHECKING:
+    from .._explain import Explanation
 
 
 class Conveyor(TestingApp):

@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _payload
 from .._cron import Misfire, Schedule, next_tick
 from .._errors import ConveyorError
-from .._explain import Explanation, explain
 from .._job import Job, JobState
 from .._limits import parse_rate
 from .._runtime.cron import schedule_insert, upsert_params
@@ -25,6 +24,9 @@ from .._task import Task
 from .._task_retry import parse_queue_backoff
 from .composition import CompositionApp
 from .jobs import _check_id
+
+if TYPE_CHECKING:
+    from .._explain import Explanation
 
 
 class _Keep:
@@ -236,4 +238,6 @@ class ControlApp(CompositionApp):
 
     async def explain_job_async(self, job_id: int) -> Explanation:
         """Say in plain words what holds a job back (or that it is next)."""
+        from .._explain import explain
+
         return await explain(self.tasks, await self.storage(), _check_id(job_id))

@@ -14,7 +14,6 @@ from .._cron import Misfire, Schedule
 from .._errors import InvalidStateError, JobNotFoundError
 from .._job import MAX_ID, RETRYABLE_FROM, Job, JobState
 from .._limits import KeyFunc, RateLimit, Unique
-from .._runtime import Worker
 from .._storage import (
     JobInsert,
     JobListParams,
@@ -250,6 +249,8 @@ class JobsApp(ResultsApp):
             config = dataclasses.replace(config, queues=dict(queues))
         for queue_name in config.queues:
             _payload.check_queue_name(queue_name)
+        from .._runtime import Worker  # here: an app that only enqueues never loads the worker
+
         worker = Worker(self.registry, await self.storage(), config)
         if stop is None:
             await worker.run()

@@ -10,13 +10,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import _payload
 from .._job import Job, JobState
-from .._runtime.inprocess import DrainResult, InProcessRunner
 from .._task import JobSpec
 from .maintenance import MaintenanceApp
+
+if TYPE_CHECKING:
+    from .._runtime.inprocess import DrainResult
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,6 +105,8 @@ class TestingApp(MaintenanceApp):
         return [job.id for job in self.enqueue_many(specs)]
 
     async def _run_inline(self, jobs: list[Job], options: InlineOptions) -> list[Job]:
+        from .._runtime.inprocess import InProcessRunner  # only when jobs run inline
+
         storage = await self._observed()
         runner = InProcessRunner(self.registry, storage)
         out = []
@@ -146,6 +150,8 @@ class TestingApp(MaintenanceApp):
         if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int)
                                      or max_jobs < 1):
             raise ValueError(f"max_jobs must be an int >= 1 or None, got {max_jobs!r}")
+        from .._runtime.inprocess import InProcessRunner
+
         runner = InProcessRunner(self.registry, await self._observed())
         try:
             return await runner.drain(names, max_jobs, bool(include_scheduled), bool(cron))

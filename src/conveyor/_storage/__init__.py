@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from .._errors import DatabaseUnavailableError
 from .base import BaseStorage
 from .control_types import (
     ConcurrencyGroup,
@@ -114,8 +115,12 @@ def _create(url: str, hub: WakeHub, pool_max_size: int) -> Storage:
             )
         return SQLiteStorage(SQLiteConfig(path=path), hub)
     if scheme in ("postgresql", "postgres"):
-        from .postgres import PostgresStorage, config_from_url
-
+        try:  # here, not at the top: SQLite-only installs have no psycopg
+            from .postgres import PostgresStorage, config_from_url
+        except ImportError as exc:
+            if exc.name is not None and exc.name.split(".")[0] in ("psycopg", "psycopg_pool"):
+                raise DatabaseUnavailableError(MISSING_POSTGRES) from None
+            raise
         # ?conveyor_pooler=transaction behind PgBouncer; see postgres/connection.py
         return PostgresStorage(config_from_url(url, pool_max_size), hub)
     raise ValueError(
@@ -123,7 +128,14 @@ def _create(url: str, hub: WakeHub, pool_max_size: int) -> Storage:
     )
 
 
+#: The one line a PostgreSQL URL gets where the ``postgres`` extra is not installed
+#: (``import conveyor`` never loads psycopg; the backend is imported by its first URL).
+MISSING_POSTGRES = ("PostgreSQL URLs need the psycopg driver, which is not installed: "
+                    "pip install 'conveyor[postgres]'")
+
+
 __all__ = [
+    "MISSING_POSTGRES",
     "BaseStorage",
     "BatchAddParams",
     "BatchCreateParams",

@@ -6,9 +6,6 @@ from __future__ import annotations
 import secrets
 from urllib.parse import urlsplit, urlunsplit
 
-import psycopg
-from psycopg import sql
-
 
 def _with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
@@ -20,6 +17,9 @@ def create_database(admin_url: str, prefix: str, template: str | None = None) ->
     ``admin_url``; returns its name and URL."""
     if urlsplit(admin_url).scheme.lower() not in ("postgresql", "postgres"):
         raise ValueError(f"a PostgreSQL URL is needed to create test databases, got {admin_url!r}")
+    import psycopg  # here, not at the top: the pytest plugin loads this without the extra
+    from psycopg import sql
+
     name = f"{prefix}_{secrets.token_hex(6)}"
     statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
     if template is not None:
@@ -32,6 +32,9 @@ def create_database(admin_url: str, prefix: str, template: str | None = None) ->
 
 def drop_database(admin_url: str, name: str) -> None:
     """Drop it, disconnecting whoever is still connected."""
+    import psycopg
+    from psycopg import sql
+
     with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             sql.Identifier(name)))

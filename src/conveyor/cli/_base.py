@@ -7,7 +7,6 @@ stderr, never a traceback (set ``CONVEYOR_DEBUG=1`` for one).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import traceback
 from collections.abc import Awaitable, Callable
@@ -105,6 +104,8 @@ class ConveyorGroup(click.Group):
 
 def run_async(app: Conveyor, work: Callable[[], Awaitable[T]]) -> T:
     """Run ``work`` on a fresh event loop, then close the app's connections."""
+    import asyncio  # here: `conveyor --help` and `--version` never start a loop
+
 
     async def main() -> T:
         try:

@@ -22,7 +22,7 @@ from ..web import (
     is_loopback,
     split_names,
 )
-from ._base import EPILOG, EXIT_USAGE, CliFailure, common_options, run_async
+from ._base import EPILOG, EXIT_USAGE, CliFailure, UsageFailure, common_options, run_async
 from ._loading import open_app
 
 DEFAULT_PORT = 8787
@@ -86,8 +86,8 @@ def _web_modules() -> Any:
         import starlette  # noqa: F401
         import uvicorn
     except ImportError as exc:
-        raise click.UsageError(
-            f"the dashboard needs the web extra ({exc.name} is missing): "
+        raise UsageFailure(  # one line, exit 2 (click's UsageError adds the usage)
+            f"conveyor dashboard needs the web extra ({exc.name} is missing): "
             "pip install 'conveyor[web]'") from None
     return uvicorn
 

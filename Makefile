@@ -1,7 +1,7 @@
 # Conveyor developer tasks (GNU make).
 #
-#   make install   create .venv and install Conveyor with its dev tools and the web and otel
-#                  extras (re-runs only when pyproject.toml changes). The browser tests also
+#   make install   create .venv and install Conveyor with its dev tools and the postgres, web
+#                  and otel extras (re-runs only when pyproject.toml changes). The browser tests also
 #                  need Debian's chromium at /usr/bin/chromium (apt-get install chromium),
 #                  the PgBouncer tests Debian's pgbouncer (apt-get install pgbouncer; they
 #                  start their own in transaction mode, no service needed). .ci/run
@@ -9,10 +9,11 @@
 #   make test      ruff + mypy --strict + pytest, then the Django suite (tests/contrib/django)
 #                  and mypy --strict of conveyor.contrib.django in .venv-django
 #   make django-venv  create .venv-django (Python >= 3.12, which Django 6 needs) with the
-#                  dev, django and web extras (re-runs only when pyproject.toml changes)
+#                  dev, django, postgres and web extras (re-runs only when pyproject.toml changes)
 #   make test-django  only the Django part of `make test`
 #   make lint      ruff + mypy --strict + the import contract (tests/test_layers.py)
-#   make demo      run `conveyor demo`
+#   make demo      run `conveyor demo`; installs only what it runs (Conveyor's core, into
+#                  .venv), not the dev tools, which `make install`/`make test` add
 #   make bench     the full benchmark suite (about an hour), the database probes and the
 #                  py-spy profiles, the capacity figures (bench/capacity.py, for docs/scaling.md):
 #                  bench/results/*.json, capacity.json, profiles/, then summary.md and the
@@ -35,6 +36,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# The core package alone (what `make demo` runs), then everything `make test` needs.
+CORE_STAMP := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 
 DJANGO_VENV := .venv-django
@@ -53,18 +56,22 @@ endif
 
 install .venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(CORE_STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; Conveyor needs Python >= 3.11 (set PYTHON=...)" >&2; exit 1; }
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { \
 		echo "error: Conveyor needs Python >= 3.11, but $(PYTHON) is $$($(PYTHON) -V 2>&1)." >&2; \
 		echo "       Install a newer Python and run e.g. 'make install PYTHON=python3.12'." >&2; \
 		exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --upgrade pip
-	$(BIN)/python -m pip install -e '.[dev,web,otel]'
+	$(BIN)/python -m pip install -e .
 	@touch $@
 
-demo: $(STAMP)
+$(STAMP): $(CORE_STAMP) pyproject.toml
+	$(BIN)/python -m pip install --upgrade pip
+	$(BIN)/python -m pip install -e '.[dev,postgres,web,otel]'
+	@touch $@
+
+demo: $(CORE_STAMP)
 	$(BIN)/conveyor demo
 
 lint: $(STAMP)
@@ -86,7 +93,7 @@ $(DJANGO_STAMP): pyproject.toml
 	@test -n "$(DJANGO_PYTHON)" || { echo "error: no Python >= 3.12 found for .venv-django (set DJANGO_PYTHON=...)" >&2; exit 1; }
 	$(DJANGO_PYTHON) -m venv $(DJANGO_VENV)
 	$(DJANGO_BIN)/python -m pip install --upgrade pip
-	$(DJANGO_BIN)/python -m pip install -e '.[dev,django,web]'
+	$(DJANGO_BIN)/python -m pip install -e '.[dev,django,postgres,web]'
 	@touch $@
 
 ifeq ($(strip $(DJANGO_PYTHON)),)

@@ -6,13 +6,19 @@ error marked ``type: ignore[...]`` that stopped being an error fails mypy as unu
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, assert_type
 
+import click
 import pytest
+from click.testing import CliRunner
 
 import conveyor
+import conveyor.cli
 from conveyor import Conveyor, Job, Task, TaskWithOptions
 
 EXPORTED = [
@@ -133,3 +139,67 @@ def test_progress_reporting_is_pinned() -> None:
         assert_type(job.progress_message, str | None)
 
     assert callable(typed)
+
+
+#: Never loaded by ``import conveyor``: drivers, the CLI's and the dashboard's libraries.
+HEAVY = ("psycopg", "psycopg_pool", "sqlite3", "rich", "click", "jinja2", "starlette")
+
+
+def _loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after ``code`` (run in a subprocess, so
+    this test process's own imports do not count)."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport sys, json\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True, text=True, timeout=60, check=True)
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_import_conveyor_loads_no_driver_and_no_interface_library() -> None:
+    loaded = _loaded_after("import conveyor")
+    assert not {m.split(".")[0] for m in loaded} & set(HEAVY)
+    assert not {m for m in loaded if m.startswith(("conveyor._app", "conveyor._storage",
+                                                   "conveyor._runtime", "conveyor.cli"))}
+
+
+def test_an_app_that_only_enqueues_loads_no_worker_and_no_postgres_driver() -> None:
+    loaded = _loaded_after("from conveyor import Conveyor\nConveyor('sqlite:///:memory:x')")
+    assert "conveyor._runtime.worker" not in loaded
+    assert "conveyor._explain" not in loaded
+    assert not {m.split(".")[0] for m in loaded} & {"psycopg", "psycopg_pool", "rich", "click"}
+
+
+def test_conveyor_help_loads_no_command_module() -> None:
+    """``conveyor --help`` lists the commands from ``COMMANDS``, importing none of them."""
+    loaded = _loaded_after(
+        "import contextlib, io\nfrom conveyor.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])")
+    from conveyor.cli import COMMANDS
+
+    modules = {f"conveyor.cli.{module}" for module, _, _ in COMMANDS.values()}
+    assert not modules & loaded
+    assert not {m.split(".")[0] for m in loaded} & {"rich", "psycopg", "sqlite3", "jinja2"}
+    assert "conveyor._app" not in loaded
+
+
+def test_the_command_table_matches_the_commands() -> None:
+    """Each one-line help in ``COMMANDS`` is its command's own, and each entry names it."""
+    from conveyor.cli import COMMANDS, cli
+
+    ctx = click.Context(cli)
+    for name, (_, _, summary) in COMMANDS.items():
+        command = cli.get_command(ctx, name)
+        assert command is not None and command.name == name
+        assert command.get_short_help_str(1000) == summary, name
+    assert cli.get_command(ctx, "no-such-command") is None
+    assert "Usage:" in CliRunner().invoke(cli, ["--help"]).output
+
+
+def test_version_has_one_source() -> None:
+    from conveyor._version import __version__
+
+    assert conveyor.__version__ == __version__
+    result = CliRunner().invoke(conveyor.cli.cli, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"conveyor, version {__version__}"
+    pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject  # read from conveyor._version, not repeated

@@ -82,7 +82,6 @@ def _web_modules() -> Any:
     """uvicorn, after checking that the web extra is installed."""
     try:
         import jinja2  # noqa: F401
-        import prometheus_client  # noqa: F401  (/metrics)
         import starlette  # noqa: F401
         import uvicorn
     except ImportError as exc:

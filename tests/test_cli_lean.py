@@ -1,6 +1,7 @@
 """``conveyor status`` and ``conveyor queues`` on a core install: without the web and
 prometheus extras (prometheus-client, starlette, jinja2 made unimportable in a child
-process by a meta-path finder), both import and run on SQLite.
+process by a meta-path finder), both import and run on SQLite. And the dashboard
+(``/metrics`` included) runs without prometheus-client.
 
 Before the operator reads moved to the app layer, ``cli/status.py`` imported the
 dashboard's data module, which imported ``conveyor.contrib.prometheus``: every command
@@ -110,3 +111,32 @@ def test_the_web_face_and_dashboard_help_import_without_the_extras() -> None:
     without starlette and jinja2; only calling ``create_app`` needs them."""
     out, loaded = run_blocked("dashboard", "--help")
     assert loaded == [] and "--poll" in out and "[default: 2.0" in out
+
+
+DASHBOARD = textwrap.dedent("""
+    import sys
+    from starlette.testclient import TestClient
+
+    from conveyor import Conveyor
+    from conveyor.web import create_app
+
+    app = Conveyor(sys.argv[2])
+    with TestClient(create_app(app), base_url="http://localhost") as client:
+        for path in ("/", "/metrics"):
+            response = client.get(path)
+            assert response.status_code == 200, (path, response.status_code)
+        print(response.text)
+    app.close()
+""")
+
+
+def test_the_dashboard_and_its_metrics_need_no_prometheus_client(seeded: str) -> None:
+    """The web extra without prometheus-client: every page and ``/metrics``, whose
+    text the dashboard writes itself."""
+    code = CHILD.split("import conveyor.cli.queues")[0] + DASHBOARD
+    proc = subprocess.run([sys.executable, "-c", code, "prometheus_client", seeded],
+                          env=cli_env(), capture_output=True, text=True, timeout=90,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert 'conveyor_queue_jobs{queue="mail",state="available"} 2.0' in proc.stdout
+    assert "conveyor_database_up 1.0" in proc.stdout

@@ -205,7 +205,7 @@ def test_delete_and_purge_reach_history(app: Conveyor, db_url: str) -> None:
         await app.enqueue_many_async([noop.job(i) for i in range(3)], )
         await run_worker_until(app, all_final(app), WORKER)
         await archive(app)
-        assert await (await app.storage()).job_delete_by_queue("default") == 3
+        assert await Operations(app).delete_queue_jobs("default") == 3
         assert sum((await app.count_jobs_async()).values()) == 0
 
     run(app, main)

@@ -88,12 +88,6 @@ WHOLE_READS: dict[str, Whole] = {
         "SQLite's parity twin of PostgreSQL's id reservation: sqlite_sequence holds one "
         "row per table with AUTOINCREMENT",
         sqlite={"sqlite_sequence"}),
-    "job_delete_by_queue": whole(
-        "deletes a whole queue (benchmark cleanup, rare); no index leads with queue for all states",
-        sqlite={"conveyor_jobs"}, postgres={"conveyor_jobs"}),
-    "job_history_delete_by_queue": whole(
-        "job_delete_by_queue's half on history (SQLite; PostgreSQL's plan reads the state index)",
-        sqlite={"conveyor_jobs_history"}),
     "node_prune": whole(
         "one row per worker process; the cutoff depends on each row's own ttl",
         sqlite={"conveyor_nodes"}, postgres={"conveyor_nodes"}),

@@ -20,6 +20,7 @@ from conveyor._storage import (
     JobInsert,
     JobLease,
     JobListParams,
+    JobQueueDeleteParams,
     JobRescueExpiredParams,
     NodeUpsertParams,
     StagedJob,
@@ -207,11 +208,18 @@ def test_rescue_returns_expired_jobs_and_counts_the_attempt(app: Conveyor) -> No
 def test_delete_by_queue_removes_every_job_of_that_queue_only(app: Conveyor) -> None:
     async def body(s: Storage) -> None:
         await s.job_insert_many([ins(queue="bench"), ins(queue="bench", delay=60), ins(queue="bench"), ins()])
-        await s.job_fetch_available(fetch(queue="bench", limit=1))  # one of them running
-        assert await s.job_delete_by_queue("bench") == 3
+        (running,) = await s.job_fetch_available(fetch(queue="bench", limit=1))
+        first = await s.job_delete_by_queue(JobQueueDeleteParams("bench", limit=2))
+        assert len(first.deleted) == 2 and first.next_after == max(c.id for c in first.deleted)
+        rest = await s.job_delete_by_queue(JobQueueDeleteParams("bench", first.next_after, 2))
+        assert len(rest.deleted) == 1 and rest.next_after is None
+        gone = {c.id: c.previous for c in [*first.deleted, *rest.deleted]}
+        assert gone[running.id] is JobState.RUNNING  # whatever its state
+        assert sorted(gone.values()) == sorted([JobState.AVAILABLE, JobState.RUNNING,
+                                                JobState.SCHEDULED])
         assert await s.job_count_by_state(queue="bench") == {}
         assert await s.job_count_by_state() == {"available": 1}
-        assert await s.job_delete_by_queue("bench") == 0
+        assert (await s.job_delete_by_queue(JobQueueDeleteParams("bench"))).deleted == []
 
     run(app, body)
 

@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor, WorkerConfig
+from conveyor._operations import Operations
 from conveyor._runtime.vacuumer import VacuumConfig, Vacuumer
 from conveyor._storage import Storage
 from conveyor.cli.worker import _param_type
@@ -178,7 +179,7 @@ def test_sqlite_lists_no_dead_rows_and_the_vacuumer_does_nothing(tmp_path: objec
     async def main() -> None:
         storage = await app.storage()
         await app.enqueue_many_async([noop.job() for _ in range(500)])
-        await storage.job_delete_by_queue("default")
+        await Operations(app).delete_queue_jobs("default")
         assert await storage.table_dead_rows() == []
         assert await Vacuumer(storage, None, VacuumConfig(1.0, 1)).run_once() == []
         await app.close_async()

@@ -37,9 +37,6 @@ StateListener = Callable[["StateChange"], None]
 #: ``hook(task_name, meta)`` may add JSON values to ``meta`` before the job is written.
 EnqueueHook = Callable[[str, dict[str, Any]], None]
 
-#: Where a change came from.
-SOURCES = ("enqueue", "worker", "stager", "rescuer", "cron", "api", "dashboard")
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StateChange:
@@ -47,10 +44,13 @@ class StateChange:
 
     ``previous`` is None for an enqueue. ``run_time`` (seconds) and ``node`` are set
     for outcomes written by a worker; ``error`` when the transition recorded one.
+    ``source`` names who asked: ``"api"``, ``"cli"``, ``"dashboard"``, a service
+    (``"enqueue"``, ``"worker"``, ``"stager"``, ``"rescuer"``, ``"cron"``) or the
+    caller's own name (``app.storage_for(source)``).
     ``deleted`` is true when an operator deleted the job's row (``delete_job``,
-    ``purge_jobs``): ``state`` and ``previous`` are then both the state it had, so
-    check ``deleted`` before counting transitions. Retention (the pruner,
-    ``prune_now``) deletes without events.
+    ``purge_jobs``, a queue's jobs deleted whole): ``state`` and ``previous`` are then
+    both the state it had, so check ``deleted`` before counting transitions. Retention
+    (the pruner, ``prune_now``) deletes without events.
     """
 
     job_id: int

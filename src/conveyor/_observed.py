@@ -29,6 +29,7 @@ from ._storage import (
     JobInsert,
     JobPurgeBatch,
     JobPurgeParams,
+    JobQueueDeleteParams,
     JobRescueExpiredParams,
     StagedJob,
     Storage,
@@ -245,10 +246,18 @@ class ObservedStorage:
 
     async def job_purge_batch(self, params: JobPurgeParams) -> JobPurgeBatch:
         batch = await self.inner.job_purge_batch(params)
-        if batch.deleted and self.hooks.listeners:
-            self._emit([StateChange(c.id, c.task, c.queue, c.attempt, c.previous, c.previous,
-                                    self.source, deleted=True) for c in batch.deleted])
+        self._emit_deleted(batch.deleted)
         return batch
+
+    async def job_delete_by_queue(self, params: JobQueueDeleteParams) -> JobPurgeBatch:
+        batch = await self.inner.job_delete_by_queue(params)
+        self._emit_deleted(batch.deleted)
+        return batch
+
+    def _emit_deleted(self, deleted: list[JobChanged]) -> None:
+        if deleted and self.hooks.listeners:
+            self._emit([StateChange(c.id, c.task, c.queue, c.attempt, c.previous, c.previous,
+                                    self.source, deleted=True) for c in deleted])
 
     def _emit_changed(self, changed: list[JobChanged], state: JobState) -> None:
         if changed and self.hooks.listeners:

@@ -20,6 +20,7 @@ from ._storage import (
     JobCountCappedParams,
     JobFailureGroupsParams,
     JobFilter,
+    JobQueueDeleteParams,
     JobSearchParams,
     LeaderRow,
     MetricPoint,
@@ -71,8 +72,16 @@ class Operations:
         return await probe.db_health(timeout=timeout)
 
     async def delete_queue_jobs(self, queue: str) -> int:
-        """Delete every job of ``queue`` (``conveyor bench`` cleans its own queue)."""
-        return await (await self.app.storage_for(self.source)).job_delete_by_queue(queue)
+        """Delete every job of ``queue``, whatever its state, in batches (``conveyor bench``
+        cleans its own queue); how many."""
+        storage = await self.app.storage_for(self.source)
+        deleted, after = 0, 0
+        while True:
+            batch = await storage.job_delete_by_queue(JobQueueDeleteParams(queue, after_id=after))
+            deleted += len(batch.deleted)
+            if batch.next_after is None:
+                return deleted
+            after = batch.next_after
 
     # -- reads --------------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from .job_types import (
     JobPurgeBatch,
     JobPurgeCount,
     JobPurgeParams,
+    JobQueueDeleteParams,
     JobRescueExpiredParams,
     JobSearchParams,
     StagedJob,
@@ -195,11 +196,6 @@ class BaseStorage(ABC):
         rows = await self._read("job_count_by_state", {"queue": queue})
         return {r["state"]: int(r["n"]) for r in rows}
 
-    async def job_delete_by_queue(self, queue: str) -> int:
-        hot = int((await self._write("job_delete_by_queue", {"queue": queue}))[0]["n"])
-        return hot + int((await self._write("job_history_delete_by_queue",
-                                            {"queue": queue}))[0]["n"])
-
     async def job_count_ahead(self, job_id: int) -> int:
         return int((await self._read("job_count_ahead", {"id": job_id}))[0]["n"])
 
@@ -224,6 +220,19 @@ class BaseStorage(ABC):
         if job is None:  # finished and archived (history holds no running job)
             job = self._one(await self._write("job_history_delete", self._ids([job_id])))
         return job
+
+    async def job_delete_by_queue(self, params: JobQueueDeleteParams) -> JobPurgeBatch:
+        """As a purge batch: pick with a read, then delete from each table in a short
+        write of its own (a job the archiver moves meanwhile is found in history)."""
+        values = {"queue": params.queue, "after_id": params.after_id, "limit": params.limit}
+        picked = [int(r["id"]) for r in await self._read("job_queue_pick", values)]
+        if not picked:
+            return JobPurgeBatch([], None)
+        ids = self._ids(picked)
+        rows = await self._write("job_queue_delete_ids", {**ids, "queue": params.queue})
+        rows += await self._write("job_history_delete", ids)
+        deleted = changed_jobs(rows, {int(r["id"]) for r in rows})
+        return JobPurgeBatch(deleted, picked[-1] if len(picked) == params.limit else None)
 
     def _purge_values(self, params: JobPurgeParams) -> dict[str, Any]:
         flt = self._filter_values(JobFilter(states=params.states))

@@ -91,9 +91,6 @@ class CompositionStorage(ClusterStorage):
                               errors=self._json(r["errors"], []))
                 for r in rows]
 
-    async def job_dependents(self, job_id: int) -> list[int]:
-        return [r["id"] for r in await self._read("job_dependents", {"id": job_id})]
-
     async def batch_waited_on(self, job_id: int) -> int | None:
         rows = await self._read("job_callback_batch", {"id": job_id})
         return rows[0]["batch_id"] if rows else None

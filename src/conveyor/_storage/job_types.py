@@ -265,6 +265,16 @@ class JobPurgeParams:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class JobQueueDeleteParams:
+    """One batch of deleting every job of ``queue``, whatever its state (running jobs
+    too): up to ``limit`` jobs with an id above ``after_id``, hot table and history."""
+
+    queue: str
+    after_id: int = 0
+    limit: int = 1000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class JobPurgeCount:
     """How many jobs a purge matches now, per state, and the highest matching id."""
 

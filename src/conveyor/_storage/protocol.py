@@ -53,6 +53,7 @@ from .job_types import (
     JobPurgeBatch,
     JobPurgeCount,
     JobPurgeParams,
+    JobQueueDeleteParams,
     JobRescueExpiredParams,
     JobSearchParams,
     StagedJob,
@@ -144,9 +145,6 @@ class Storage(Protocol):
 
     async def job_count_by_state(self, *, queue: str | None = None) -> dict[str, int]: ...
 
-    async def job_delete_by_queue(self, queue: str) -> int:
-        """Delete every job of one queue, whatever its state; return how many."""
-
     async def node_upsert(self, params: NodeUpsertParams) -> None: ...
 
     async def node_delete(self, node_id: str) -> None: ...
@@ -232,6 +230,10 @@ class Storage(Protocol):
         """Delete one job; a running one only with ``force``. The row as it was, or None
         (no such job, or running without ``force``)."""
 
+    async def job_delete_by_queue(self, params: JobQueueDeleteParams) -> JobPurgeBatch:
+        """Delete one batch of a queue's jobs, whatever their state (running ones too),
+        by id upwards; the caller repeats from ``next_after`` until it is None."""
+
     async def job_purge_count(self, params: JobPurgeParams) -> JobPurgeCount:
         """How many jobs a purge matches now, per state, and the highest matching id."""
 
@@ -315,8 +317,6 @@ class Storage(Protocol):
     async def workflow_edges(self, workflow_id: str) -> list[EdgeRow]: ...
 
     async def job_dependencies(self, job_id: int) -> list[DependencyRow]: ...
-
-    async def job_dependents(self, job_id: int) -> list[int]: ...
 
     async def batch_waited_on(self, job_id: int) -> int | None:
         """The batch a callback job waits for; None for any other job."""

@@ -343,15 +343,6 @@ class SQLiteStorage(CompositionStorage):
 
         return await self._thread.call_write(run) if entries else []
 
-    async def job_delete_by_queue(self, queue: str) -> int:
-        hot, history = self._q["job_delete_by_queue"], self._q["job_history_delete_by_queue"]
-
-        def run(c: Conn) -> int:
-            values = {"queue": queue}
-            return int(c.execute(hot, values).rowcount + c.execute(history, values).rowcount)
-
-        return await self._thread.call_write(run)
-
     # -- several statements in one transaction ------------------------------------------------
 
     async def leader_elect(self, params: LeaderElectParams) -> LeaderRow | None:

@@ -67,10 +67,6 @@ WHERE id = ANY(%(ids)s::bigint[])
        < now() - %(older_than)s::float8 * interval '1 second')
 RETURNING id, task, queue, state, attempt;
 
--- name: job_history_delete_by_queue
-WITH deleted AS (DELETE FROM conveyor_jobs_history WHERE queue = %(queue)s::text RETURNING 1)
-SELECT count(*) AS n FROM deleted;
-
 -- name: job_history_prune
 -- As job_prune (control.sql), on history: the rows no dropped partition took (a shorter
 -- retention than the longest, the DEFAULT partitions).

@@ -245,7 +245,3 @@ SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.he
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = %(id)s::text;
 
--- name: job_delete_by_queue
--- Every job of one queue, whatever its state; how many.
-WITH deleted AS (DELETE FROM conveyor_jobs WHERE queue = %(queue)s::text RETURNING 1)
-SELECT count(*) AS n FROM deleted;

@@ -44,6 +44,20 @@ WHERE id = ANY(%(ids)s::bigint[])
        < now() - %(older_than)s::float8 * interval '1 second')
 RETURNING id, task, queue, state, attempt;
 
+-- name: job_queue_pick
+-- The next batch of one queue's jobs to delete, whatever their state, by id upwards.
+SELECT id FROM conveyor_jobs_all
+WHERE queue = %(queue)s::text AND id > %(after_id)s::bigint
+ORDER BY id
+LIMIT %(limit)s;
+
+-- name: job_queue_delete_ids
+-- Deletes the picked jobs of the queue from the hot table (history: job_history_delete);
+-- a running one's worker then finds no row for its outcome.
+DELETE FROM conveyor_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND queue = %(queue)s::text
+RETURNING id, task, queue, state, attempt;
+
 -- name: job_prune_count
 -- What job_prune would delete now, all batches together (`conveyor prune --dry-run`).
 -- The same filter as job_prune, queue and exclude included.

@@ -103,9 +103,6 @@ FROM conveyor_job_deps AS d LEFT JOIN (
 WHERE d.job_id = %(id)s::bigint
 ORDER BY d.depends_on;
 
--- name: job_dependents
-SELECT job_id AS id FROM conveyor_job_deps WHERE depends_on = %(id)s::bigint ORDER BY job_id;
-
 -- name: batch_insert
 INSERT INTO conveyor_batches (meta) VALUES (%(meta)s::jsonb) RETURNING id;
 

@@ -63,9 +63,6 @@ WHERE id IN (SELECT value FROM json_each(:ids))
        < (julianday('now') - 2440587.5) * 86400.0 - :older_than)
 RETURNING id, task, queue, state, attempt;
 
--- name: job_history_delete_by_queue
-DELETE FROM conveyor_jobs_history WHERE queue = :queue;
-
 -- name: job_history_prune
 -- As job_prune (control.sql), on history. History's only index on finished_at has no
 -- state column, so the first condition bounds the search to rows past the shorter age

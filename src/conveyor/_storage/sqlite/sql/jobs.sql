@@ -170,6 +170,3 @@ SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.he
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = :id;
 
--- name: job_delete_by_queue
--- Every job of one queue, whatever its state (the caller reads the row count).
-DELETE FROM conveyor_jobs WHERE queue = :queue;

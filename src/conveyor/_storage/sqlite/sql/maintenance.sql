@@ -44,6 +44,20 @@ WHERE id IN (SELECT value FROM json_each(:ids))
        < (julianday('now') - 2440587.5) * 86400.0 - :older_than)
 RETURNING id, task, queue, state, attempt;
 
+-- name: job_queue_pick
+-- The next batch of one queue's jobs to delete, whatever their state, by id upwards.
+SELECT id FROM conveyor_jobs_all
+WHERE queue = :queue AND id > :after_id
+ORDER BY id
+LIMIT :limit;
+
+-- name: job_queue_delete_ids
+-- Deletes the picked jobs of the queue from the hot table (history: job_history_delete);
+-- a running one's worker then finds no row for its outcome.
+DELETE FROM conveyor_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND queue = :queue
+RETURNING id, task, queue, state, attempt;
+
 -- name: job_prune_count
 -- What job_prune would delete now, all batches together (`conveyor prune --dry-run`).
 -- The same filter as job_prune, queue and exclude included.

@@ -72,9 +72,6 @@ FROM conveyor_job_deps AS d LEFT JOIN (
 WHERE d.job_id = :id
 ORDER BY d.depends_on;
 
--- name: job_dependents
-SELECT job_id AS id FROM conveyor_job_deps WHERE depends_on = :id ORDER BY job_id;
-
 -- name: batch_insert
 INSERT INTO conveyor_batches (meta) VALUES (:meta) RETURNING id;
 

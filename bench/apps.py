@@ -71,13 +71,10 @@ class ReportingBenchApp(BenchApp):
         self.claims = 0
         self.empty_claims = 0
         self.wakes = 0
-        self._instrumented: set[int] = set()
 
-    async def storage(self) -> Storage:
-        store = await super().storage()
-        if id(store) not in self._instrumented:
-            self._instrumented.add(id(store))
-            self._instrument(store)
+    def counting(self, inner: Storage) -> Storage:
+        store = super().counting(inner)
+        self._instrument(store)
         return store
 
     def _instrument(self, store: Any) -> None:

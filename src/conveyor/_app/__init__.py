@@ -6,10 +6,12 @@ queues, cluster) <- ``MaintenanceApp`` (discard, delete, purge, bulk actions, pr
 rescue now) <- ``TestingApp`` (inline mode and drain, for the testing toolkit) <-
 ``Conveyor`` (the sync twins, one line each).
 
-The records of storage that the interfaces read (a job filter, counts, health, metric
-points) are re-exported here, so an interface never imports ``conveyor._storage``.
+The records of storage and runtime that the interfaces handle (a job filter, counts,
+health, metric points, migrations, a drain's result) are re-exported here, so an
+interface never imports ``conveyor._storage`` or ``conveyor._runtime``.
 """
 
+from .._runtime.inprocess import DrainResult, Outcome
 from .._storage import (
     DbHealth,
     DepthPoint,
@@ -22,14 +24,17 @@ from .._storage import (
     NodeRow,
     QueueRow,
     StateCount,
+    Storage,
 )
 from .app import Conveyor
 from .composition import Batch, Dependency, WorkflowEdge, WorkflowInfo, WorkflowRun
 from .control import QueueInfo, ScheduleInfo, ScheduleNotFoundError
 from .maintenance import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
 
-__all__ = ["BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "Batch", "Conveyor", "DbHealth",
-           "Dependency", "DepthPoint", "FailureGroup", "JobFilter", "LeaderRow", "MetricPoint",
-           "MetricTotal", "Migration", "NodeRow", "QueueInfo", "QueueRow", "ScheduleInfo",
-           "ScheduleNotFoundError", "StateCount", "WorkflowEdge", "WorkflowInfo", "WorkflowRun",
-           "bulk_filter", "bulk_states"]
+__all__ = [
+    "BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "Batch", "Conveyor", "DbHealth", "Dependency",
+    "DepthPoint", "DrainResult", "FailureGroup", "JobFilter", "LeaderRow", "MetricPoint",
+    "MetricTotal", "Migration", "NodeRow", "Outcome", "QueueInfo", "QueueRow", "ScheduleInfo",
+    "ScheduleNotFoundError", "StateCount", "Storage", "WorkflowEdge", "WorkflowInfo",
+    "WorkflowRun", "bulk_filter", "bulk_states",
+]

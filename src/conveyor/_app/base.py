@@ -43,6 +43,8 @@ class AppBase:
         self.codec = TypeCodec()
         self._hub = WakeHub()
         self._portal = Portal(self.close_async)
+        #: Put around every storage this app opens (``wrap_storage``).
+        self._wrap: Callable[[Storage], Storage] = lambda storage: storage
         self._bind(self.url, clock)
 
     def _bind(self, url: str, clock: VirtualClock | None) -> None:
@@ -82,6 +84,13 @@ class AppBase:
         short name (letters, digits, ``_.:-``), as every operator action takes it."""
         return (await self._observed()).with_source(check_source(source))
 
+    def wrap_storage(self, wrapper: Callable[[Storage], Storage]) -> None:
+        """Put every storage this app opens from now on (one per event loop) inside
+        ``wrapper(storage)``, a proxy with the same methods: how ``conveyor bench``
+        counts database round trips, whatever path (sync, async, worker) makes them.
+        Storages already open keep what they had."""
+        self._wrap = wrapper
+
     async def _observed(self) -> ObservedStorage:
         loop = asyncio.get_running_loop()
         storage = self._storages.get(loop)
@@ -99,7 +108,7 @@ class AppBase:
                 await inner.open()  # published only once open
                 if self.clock is not None:
                     self.clock.adopt(await inner.clock_join(self.clock.offset))
-                storage = self._storages[loop] = ObservedStorage(inner, self.hooks)
+                storage = self._storages[loop] = ObservedStorage(self._wrap(inner), self.hooks)
         return storage
 
     async def close_async(self) -> None:

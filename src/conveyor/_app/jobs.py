@@ -224,13 +224,15 @@ class JobsApp(ResultsApp):
 
     async def run_worker(
         self, queues: Mapping[str, int] | None = None, *, config: WorkerConfig | None = None,
-        stop: asyncio.Event | None = None,
+        stop: asyncio.Event | None = None, on_started: Callable[[], object] | None = None,
     ) -> None:
         """Run a worker on the running loop until stopped (or drained, with burst).
 
         ``stop`` (an event of this loop) stops it from the program itself, as SIGTERM
         does: no new claims, running jobs get ``shutdown_timeout`` to finish, then are
         given back (e.g. a web server's shutdown, see ``conveyor.contrib.asgi``).
+        ``on_started()`` is called once its services have started and it claims (a
+        benchmark starts its clock there; ``conveyor demo`` its display).
 
         Without ``queues`` (and with a config whose queues nobody set), it serves
         every queue the app's tasks and schedules name, plus ``default``, each with the
@@ -252,19 +254,22 @@ class JobsApp(ResultsApp):
         from .._runtime import Worker  # here: an app that only enqueues never loads the worker
 
         worker = Worker(self.registry, await self.storage(), config)
-        if stop is None:
-            await worker.run()
-            return
 
-        async def stop_when_set() -> None:
+        async def stop_when_set(stop: asyncio.Event) -> None:
             await stop.wait()
             worker.request_stop()
 
-        watcher = asyncio.create_task(stop_when_set())
+        async def tell_started(on_started: Callable[[], object]) -> None:
+            await worker.started.wait()
+            on_started()
+
+        watchers = ([asyncio.create_task(stop_when_set(stop))] if stop is not None else []) + (
+            [asyncio.create_task(tell_started(on_started))] if on_started is not None else [])
         try:
             await worker.run()
         finally:
-            watcher.cancel()
+            for watcher in watchers:
+                watcher.cancel()
 
     # -- tasks and schedules ---------------------------------------------------------------------
 

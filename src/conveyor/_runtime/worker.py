@@ -57,6 +57,9 @@ class Worker:
             "worker", node=self.node_id, attempts=self._executions.get)
         self._meta_cap = registry.config.max_payload_bytes
         self._stopping = asyncio.Event()
+        #: Set once its services have started and it begins to claim (``run_worker``'s
+        #: ``on_started``).
+        self.started = asyncio.Event()
         #: Set when draining starts; every running handler sees it on current_job().
         self.shutdown_signal = ShutdownSignal()
         self._services_stop = asyncio.Event()
@@ -193,6 +196,7 @@ class Worker:
         for service in self.services:
             await service.start()
         log.info("worker %s started on queues %s", self.node_id, dict(self.config.queues))
+        self.started.set()
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self.acker.run(self._services_stop))

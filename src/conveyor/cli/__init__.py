@@ -100,4 +100,4 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     sys.exit(EXIT_OK)  # pragma: no cover - click's standalone mode always exits
 
 
-__all__ = ["COMMANDS", "EXIT_CODES", "cli", "main"]
+__all__ = ["COMMANDS", "CONTEXT", "EXIT_CODES", "ConveyorGroup", "cli", "main"]

@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from .._app import Conveyor
+from .._app import Conveyor, JobFilter
 from .._operations import Operations
-from .._storage import JobFilter
 from ._base import CliFailure
 from ._render import safe
 

@@ -25,11 +25,9 @@ from typing import Any
 
 import click
 
-from .._app import Conveyor
+from .._app import Conveyor, Storage
 from .._config import WorkerConfig
 from .._operations import Operations
-from .._runtime import Worker
-from .._storage import Storage
 from .._task import Task
 from ._loading import check_url, resolve_url
 
@@ -80,7 +78,9 @@ class CountingStorage:
 
 
 class BenchApp(Conveyor):
-    """A Conveyor whose storages count their calls (``app.calls``) and note each ack."""
+    """A Conveyor whose storages count their calls (``app.calls``) and note each ack:
+    every storage it opens is wrapped (``wrap_storage``), so the sync, async and
+    worker paths are all counted."""
 
     def __init__(self, url: str | None = None, **kwargs: Any) -> None:
         super().__init__(url, **kwargs)
@@ -89,22 +89,16 @@ class BenchApp(Conveyor):
         self.started: tuple[float, float] | None = None
         #: (time.time(), ids applied, process CPU seconds) of every ack flush, in order.
         self.acks: list[tuple[float, int, float]] = []
-        self._wrapped: dict[int, tuple[Storage, CountingStorage]] = {}
+        self.wrap_storage(self.counting)
+
+    def counting(self, inner: Storage) -> Storage:
+        """``inner`` counted; subclasses instrument it further (``bench/apps.py``)."""
+        return CountingStorage(inner, self.calls, self._note_ack)
 
     async def storage(self) -> Storage:
         if self.started is None:
             self.started = (time.time(), time.process_time())
-        inner = await super().storage()
-        found = self._wrapped.get(id(inner))
-        if found is None or found[0] is not inner:
-            found = (inner, CountingStorage(inner, self.calls, self._note_ack))
-            self._wrapped[id(inner)] = found
-        return found[1]
-
-    def _blocking_storage(self) -> Storage | None:
-        inner = super()._blocking_storage()
-        found = self._wrapped.get(id(inner)) if inner is not None else None
-        return found[1] if found is not None and found[0] is inner else inner
+        return await super().storage()
 
     def _note_ack(self, applied: list[int]) -> None:
         self.acks.append((time.time(), len(applied), time.process_time()))
@@ -243,12 +237,12 @@ def run_latency(app: BenchApp, task: Task[Any, Any], count: int, spacing: float,
 
 def _idle_worker(app: Conveyor, ready: threading.Event, stop: threading.Event) -> None:
     async def main() -> None:
-        worker = Worker(app.registry, await app.storage(), WorkerConfig(queues={QUEUE: 10}))
-        runner = asyncio.create_task(worker.run())
-        ready.set()
-        while not stop.is_set():
+        stopping = asyncio.Event()
+        runner = asyncio.create_task(app.run_worker(
+            config=WorkerConfig(queues={QUEUE: 10}), stop=stopping, on_started=ready.set))
+        while not stop.is_set() and not runner.done():
             await asyncio.sleep(0.02)
-        worker.request_stop()
+        stopping.set()
         await runner
         await app.close_async()
 

@@ -31,7 +31,6 @@ from .._app import Conveyor
 from .._config import WorkerConfig
 from .._context import current_job
 from .._job import FINAL_STATES, Job, JobState
-from .._runtime import Worker
 from .._task import JobSpec, Task
 from ._base import EPILOG, EXIT_INTERRUPTED
 from ._demo_target import (
@@ -201,12 +200,12 @@ async def run_jobs(app: Conveyor, tasks: DemoTasks, total: int, out: Console) ->
     ids = await _enqueue(app, build_specs(tasks, total))
     enqueued = time.monotonic()
     config = WorkerConfig(queues=DEMO_QUEUES, shutdown_timeout=5.0, stage_interval=0.2)
-    worker = Worker(app.registry, await app.storage(), config)
-    runner = asyncio.create_task(worker.run())
+    stop = asyncio.Event()
+    runner = asyncio.create_task(app.run_worker(config=config, stop=stop))
     try:
         counts = await _watch(app, baseline, total, runner, out)
     finally:
-        worker.request_stop()
+        stop.set()
         await runner
     finished = time.monotonic()
     counts = _delta(await _counts(app), baseline)

@@ -16,7 +16,7 @@ from ._loading import check_url, resolve_url
 from ._render import console, print_json
 
 if TYPE_CHECKING:
-    from .._storage import Migration
+    from .._app import Migration
 
 
 def _describe(migrations: list[Migration], *, with_sql: bool) -> list[dict[str, Any]]:

@@ -28,8 +28,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._config import WorkerConfig
-from ..web import Role, create_app
-from ..web._security import route_path
+from ..web import Role, create_app, route_path
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette

@@ -18,10 +18,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._app import Conveyor
+from .._app import Conveyor, DrainResult, Outcome
 from .._clock import VirtualClock
 from .._job import Job, JobState
-from .._runtime.inprocess import DrainResult, Outcome
 from .._task import Task
 
 __all__ = [

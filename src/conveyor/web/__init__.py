@@ -22,8 +22,8 @@ or let your own users decide, with an access hook::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, MutableMapping
+from typing import TYPE_CHECKING, Any
 
 from .._redact import Redactor, redact_secrets, show_everything
 from ._settings import (
@@ -115,6 +115,15 @@ def create_app(
     return build(app, settings)
 
 
+def route_path(scope: MutableMapping[str, Any]) -> str:
+    """The path of an ASGI request inside the dashboard, without the prefix it is
+    mounted at: what its public paths (``/healthz``) are matched against, also by a
+    host app's own gate (``conveyor.contrib.asgi``)."""
+    from ._security import route_path as inside
+
+    return inside(scope)
+
+
 __all__ = [
     "DEFAULT_SETTINGS",
     "ENV_ALLOWED_HOSTS",
@@ -135,6 +144,7 @@ __all__ = [
     "create_app",
     "is_loopback",
     "redact_secrets",
+    "route_path",
     "secret_from_env",
     "show_everything",
     "split_names",

@@ -22,7 +22,7 @@ from django.db import connections
 from django.tasks import task_backends
 from django.tasks.exceptions import InvalidTaskBackend
 
-from conveyor.cli._base import CONTEXT, ConveyorGroup
+from conveyor.cli import CONTEXT, ConveyorGroup
 from conveyor.cli.worker import worker
 from conveyor.contrib.django.backend import ConveyorBackend
 from conveyor.contrib.django.worker_apps import app_path

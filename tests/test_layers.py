@@ -163,16 +163,7 @@ INTERFACES = ("conveyor.cli", "conveyor.web", "conveyor.otel", "conveyor.testing
 BELOW_THE_APP = ("conveyor._storage", "conveyor._runtime")
 #: Imports that still cross (issue 27), each to be removed with its import: the test
 #: fails when one no longer crosses, so this list only shrinks.
-STILL_CROSSING = {
-    ("conveyor.cli._demo_target", "conveyor._storage"),
-    ("conveyor.cli.bench", "conveyor._runtime"),
-    ("conveyor.cli.bench", "conveyor._storage"),
-    ("conveyor.cli.demo", "conveyor._runtime"),
-    ("conveyor.cli.migrate", "conveyor._storage"),
-    ("conveyor.contrib.asgi", "conveyor.web._security"),
-    ("conveyor.contrib.django.management.commands.conveyor_worker", "conveyor.cli._base"),
-    ("conveyor.testing", "conveyor._runtime.inprocess"),
-}
+STILL_CROSSING: set[tuple[str, str]] = set()
 
 
 def _within(module: str, packages: tuple[str, ...]) -> bool:

@@ -23,7 +23,7 @@ import psycopg
 
 from conveyor import Conveyor
 
-from . import _env, _report, w_burndown, w_enqueue, w_latency, w_steady, w_workers, w_workflow
+from . import _docs, _env, _report, w_burndown, w_enqueue, w_latency, w_steady, w_workers, w_workflow
 from ._targets import Target
 from .apps import register
 
@@ -248,6 +248,9 @@ def publish(out: Path) -> None:
     print(f"wrote {out / 'summary.md'}")
     if out.resolve() == DEFAULT_OUT and _report.update_readme(README, docs):
         print(f"wrote the performance table of {README}")
+    if out.resolve() == DEFAULT_OUT:
+        for name in _docs.update():
+            print(f"wrote the figures of {name}")
 
 
 def environment(target: Target, params: dict[str, Any]) -> dict[str, Any]:

@@ -173,3 +173,126 @@ def test_tool_results_describe_head(history: str) -> None:
     found = tool_result_problems(_evidence.BENCH_TOOLS)
     assert not found, ("results of `make bench`'s tools older than HEAD's code (rerun "
                        "`make bench`):\n  " + "\n  ".join(found))
+
+
+# -- every published figure is its result file's ------------------------------------------------
+#
+# The reports and the documentation's figures are rendered from the result files; the
+# published text must be exactly what rendering them gives now (a figure edited by hand,
+# or a result file changed without re-rendering, fails), and the documents quote no
+# measured figure outside a rendered block (a figure no result file holds fails).
+
+#: A measured figure: a number with a unit of measurement (durations in seconds are
+#: left out: they are mostly settings, such as a lease or a timeout).
+FIGURE = re.compile(r"(?<![\w.`=-])\d[\d,]*(?:\.\d+)?(?:\s?(?:µs|ms|jobs/s|calls/s|MB/s|MB|GB|TB|"
+                    r"kB|KB|bytes|%)|x)(?![\w/])")
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
+RENDERED_ON = re.compile(r"Rendered \d{4}-\d{2}-\d{2}")
+
+
+def _diff(published: str, rendered: str, name: str) -> str:
+    import difflib
+
+    lines = difflib.unified_diff(published.splitlines(), rendered.splitlines(),
+                                 f"{name} (published)", f"{name} (rendered now)", lineterm="", n=0)
+    return "\n".join(list(lines)[:40])
+
+
+def rendering_problems(name: str, published: str, rendered: str) -> list[str]:
+    if published == rendered:
+        return []
+    return [f"{name} differs from what its result files render (a figure edited by hand, "
+            f"or results not re-rendered: `python -m bench --summary-only`):\n"
+            + _diff(published, rendered, name)]
+
+
+def stray_figures(text: str) -> list[str]:
+    """Measured figures quoted outside every rendered block (and outside code)."""
+    from bench import _docs, _report
+
+    begin, end = text.find(_report.README_BEGIN), text.find(_report.README_END)
+    if 0 <= begin < end:
+        text = text[:begin] + text[end:]
+    return FIGURE.findall(CODE.sub("", _docs.outside_blocks(text)))
+
+
+def _performance_section(readme: str) -> str:
+    start = readme.index("## Performance")
+    return readme[start:readme.index("\n## ", start + 1)]
+
+
+def test_the_summary_is_what_its_result_files_render(history: str) -> None:
+    from bench import _report
+
+    published = (ROOT / "bench/results/summary.md").read_text(encoding="utf-8")
+    rendered = _report.summary(_report.load(ROOT / "bench/results"))
+    found = rendering_problems("bench/results/summary.md", published, rendered)
+    assert not found, found[0]
+
+
+def test_the_readme_table_is_what_its_result_files_render(history: str) -> None:
+    from bench import _report
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    begin, end = readme.index(_report.README_BEGIN), readme.index(_report.README_END)
+    published = readme[begin:end + len(_report.README_END)]
+    rendered = _report.readme_table(_report.load(ROOT / "bench/results"))
+    found = rendering_problems("README.md's performance table", published, rendered)
+    assert not found, found[0]
+
+
+def test_reliability_is_what_its_result_files_render(history: str) -> None:
+    from tests.chaos import report
+
+    published = (ROOT / "docs/reliability.md").read_text(encoding="utf-8")
+    rendered = report.render(report.load(ROOT / "tests/chaos/results"))
+    found = rendering_problems("docs/reliability.md", RENDERED_ON.sub("Rendered", published),
+                               RENDERED_ON.sub("Rendered", rendered))
+    assert not found, found[0] + ("\nRe-render: `python -m tests.chaos.report "
+                                  "tests/chaos/results docs/reliability.md`")
+
+
+def test_document_figures_are_what_their_result_files_render(history: str) -> None:
+    from bench import _docs
+
+    found = []
+    for name in _docs.DOCS:
+        published = (ROOT / name).read_text(encoding="utf-8")
+        found += rendering_problems(name, published, _docs.render(published))
+    assert not found, "\n".join(found)
+
+
+def test_no_document_quotes_a_figure_no_result_file_holds() -> None:
+    from bench import _docs
+
+    found = {}
+    for name in _docs.DOCS:
+        text = (ROOT / name).read_text(encoding="utf-8")
+        if name == "README.md":
+            text = _performance_section(text)
+        if figures := stray_figures(text):
+            found[name] = figures
+    assert not found, ("figures quoted outside a block rendered from a result file "
+                       f"(bench/_docs.py renders them; move them there or remove them): {found}")
+
+
+def test_the_checks_catch_a_figure_edited_by_hand(history: str) -> None:
+    """6,342 -> 63,342 in any rendered figure is refused, and so is a new figure added
+    by hand outside a block."""
+    from bench import _docs, _report
+
+    docs = _report.load(ROOT / "bench/results")
+    summary = _report.summary(docs)
+    figure = re.search(r"\| (\d[\d,]+\.\d) \|", summary)
+    assert figure is not None
+    edited = summary.replace(figure[0], f"| 6{figure[1]} |", 1)
+    assert rendering_problems("summary.md", edited, summary)
+    scaling = (ROOT / "docs/scaling.md").read_text(encoding="utf-8")
+    rendered = _docs.render(scaling)
+    match = re.search(r"\*\*(\d[\d,.]*) µs", rendered)
+    assert match is not None
+    assert _docs.render(rendered.replace(match[0], f"**6{match[1]} µs", 1)) == rendered
+    assert rendering_problems("scaling", rendered.replace(match[0], f"**6{match[1]} µs", 1),
+                              rendered)
+    assert stray_figures("On our machine it ran 63,342 jobs/s.\n") == ["63,342 jobs/s"]
+    assert stray_figures("`63,342 jobs/s` and 1.25x") == ["1.25x"]

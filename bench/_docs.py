@@ -1,0 +1,234 @@
+"""The figures the documentation quotes, rendered from the result files.
+
+A document quotes a measured figure only inside a block between ``<!-- figures: ID ... -->``
+and ``<!-- end of figures: ID -->``; the block's text is what :data:`RENDERERS` ``[ID]``
+makes of ``bench/results/`` (each figure, the commit it was measured on and whether that
+is still HEAD's code). ``python -m bench --summary-only`` rewrites every block;
+``tests/test_evidence.py`` re-renders them and fails on any difference (a figure edited
+by hand) and on a measured figure outside a block (a figure no result file holds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests import _evidence
+
+from ._report import _sig3, evidence_of, load
+from ._report_workers import workers_table
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+#: The documents whose measured figures are rendered here.
+DOCS = ("README.md", "docs/scaling.md", "docs/workflows.md", "docs/arguments.md")
+BLOCK = re.compile(r"(?P<head><!-- figures: (?P<id>[\w-]+)[^\n]*-->)\n(?P<body>.*?)\n?"
+                   r"(?P<tail><!-- end of figures: (?P=id) -->)", re.DOTALL)
+
+Docs = dict[tuple[str, str], dict[str, Any]]
+
+
+def _json(name: str, results: Path) -> dict[str, Any]:
+    return dict(json.loads((results / name).read_text(encoding="utf-8")))
+
+
+def _stamp(*machines: dict[str, Any]) -> str:
+    """"measured on `abc1234`: current" (or **stale**: why) for the machines' git stamps."""
+    commits, reasons = [], []
+    for machine in machines:
+        commit, clean = evidence_of({"environment": {"machine": machine}})
+        commits.append(_evidence.short(commit))
+        reason = _evidence.staleness(commit, clean, _evidence.BENCH_MEASURED)
+        if reason:
+            reasons.append(reason)
+    status = _evidence.status_cell("; ".join(sorted(set(reasons))) if reasons else None)
+    return f"measured on {' / '.join(dict.fromkeys(commits))}: {status}"
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def _best(docs: Docs, backend: str, prefix: str) -> tuple[str, dict[str, Any]]:
+    case = max((d["median"].get("jobs_per_s", 0), c) for (c, b), d in docs.items()
+               if b == backend and c.startswith(prefix))[1]
+    return case, docs[(case, backend)]
+
+
+# -- README -----------------------------------------------------------------------------------
+
+
+def readme_machine(results: Path) -> str:
+    docs = load(results)
+    machine = next(iter(docs.values()))["environment"]["machine"]
+    pg = next(d for (c, b), d in docs.items() if b == "postgres")["environment"]["database"]
+    return (f"On a {machine['cores']}-core VM ({machine['cpu']}, Python {machine['python']}, "
+            f"SQLite {machine['sqlite']}, PostgreSQL {pg['server_version'].split()[0]}), "
+            "no-op jobs, medians of 3 runs; the worker, the client and the database share "
+            "the cores.")
+
+
+def readme_end_to_end(results: Path) -> str:
+    docs = load(results)
+    parts = []
+    for backend, name in (("postgres", "PostgreSQL"), ("sqlite", "SQLite")):
+        steady, single = docs[("w4_steady", backend)], docs[("w2_single_t1", backend)]
+        bulk = docs[("w1_bulk_b10000", backend)]
+        case, burn = _best(docs, backend, "w3_burndown_c")
+        stamp = _stamp(*(d["environment"]["machine"] for d in (steady, single, bulk, burn)))
+        parts.append(
+            f"on {name}, {_sig3(steady['median']['jobs_per_s'])} jobs/s end to end (the steady "
+            f"state), {_sig3(single['median']['jobs_per_s'])} single `task.enqueue()` calls/s, "
+            f"{_sig3(bulk['median']['jobs_per_s'])} jobs/s bulk-enqueued in batches of 10,000 "
+            f"and {_sig3(burn['median']['jobs_per_s'])} jobs/s burned down "
+            f"({case.rsplit('_', 1)[-1]}; {stamp})")
+    return "Conveyor's figures to compare with other queues: " + "; ".join(parts) + "."
+
+
+# -- docs/scaling.md --------------------------------------------------------------------------
+
+
+def scaling_stamp(results: Path) -> str:
+    cap = _json("capacity.json", results)
+    w9 = [d for (c, _), d in load(results).items() if c.startswith("w9_")]
+    return (f"**Capacity figures** (`bench/results/capacity.json`, `probes.json`): "
+            f"{_stamp(cap['machine'], _json('probes.json', results)['machine'])}. "
+            f"**Many-workers figures** (`bench/results/postgres_w9_*.json`): "
+            f"{_stamp(*(d['environment']['machine'] for d in w9))}.")
+
+
+def scaling_db_cpu(results: Path) -> str:
+    life = _json("capacity.json", results)["lifecycle"]
+    cpu = life["load_sensitive"]["db_backend_cpu_us_per_job"]
+    total = sum(cpu.values())
+    rows = [f"| {phase} | {us:.1f} µs |" for phase, us in cpu.items()]
+    return "\n".join(["| phase | server CPU per job |", "|---|---:|", *rows,
+                      f"| **a job's whole life** | **{total:.1f} µs, about "
+                      f"{_n(life['load_sensitive']['jobs_per_s_per_db_core'])} jobs/s per "
+                      "PostgreSQL core** |",
+                      "", f"({_n(life['jobs'])} jobs at concurrency {life['concurrency']}.)"])
+
+
+def scaling_probes(results: Path) -> str:
+    pg = _json("probes.json", results)["postgres"]
+    floor = pg["claim_ack_floor"]
+    return (f"`EXPLAIN ANALYZE` of the statements alone: {pg['insert_1000']['us_per_row']} µs "
+            f"per row for an insert of 1,000, {pg['claim_100']['us_per_row']} µs for a claim "
+            f"of 100 and {pg['ack_100']['us_per_row']} µs for an ack of 100. With Conveyor's "
+            "own statements in a raw psycopg loop (`bench/floor.py`), claim + ack cost "
+            f"{floor['overlapped_b100']['db_backend_cpu_us_per_job']} µs of server CPU per "
+            f"job in overlapped batches of 100 "
+            f"({floor['overlapped_b1000']['db_backend_cpu_us_per_job']} µs in batches of "
+            f"1,000; {floor['overlapped_b1000_all_columns']['db_backend_cpu_us_per_job']} µs "
+            "when the claim returns every column).")
+
+
+def scaling_sizes(results: Path) -> str:
+    sizes = _json("capacity.json", results)["bytes_per_million_jobs"]
+    lines = ["| state mix | heap MB | TOAST MB | indexes MB | total MB | largest indexes (MB) |",
+             "|---|---:|---:|---:|---:|---|"]
+    mb = 1e6
+    for mix, s in sizes.items():
+        if not isinstance(s, dict) or "heap_bytes" not in s:
+            continue
+        largest = sorted(((b, n) for n, b in s["index_bytes"].items() if b > 1_000_000),
+                         reverse=True)[:4]
+        names = ", ".join(f"{n.removeprefix('conveyor_jobs_')} {b / mb:.0f}" for b, n in largest)
+        lines.append(f"| {mix} | {s['heap_bytes'] / mb:,.0f} | {s['toast_bytes'] / mb:,.0f} | "
+                     f"{s['indexes_total_bytes'] / mb:,.0f} | {s['total_bytes'] / mb:,.0f} | "
+                     f"{names} |")
+    return "\n".join(lines)
+
+
+def scaling_wal(results: Path) -> str:
+    wal = _json("capacity.json", results)["lifecycle"]["wal_per_job"]
+    lines = ["| phase | WAL bytes per job | records per job | record bytes | "
+             "full-page image bytes |", "|---|---:|---:|---:|---:|"]
+    for phase, w in wal.items():
+        lines.append(f"| {phase} | {w['bytes']:,.0f} | {w['records']:.2f} | "
+                     f"{w['record_bytes']:,.0f} | {w['full_page_image_bytes']:,.0f} |")
+    total = {k: sum(w[k] for w in wal.values())
+             for k in ("bytes", "records", "record_bytes", "full_page_image_bytes")}
+    lines.append(f"| **a job's life** | **{total['bytes']:,.0f}** | {total['records']:.1f} | "
+                 f"{total['record_bytes']:,.0f} | {total['full_page_image_bytes']:,.0f} |")
+    return "\n".join(lines)
+
+
+def scaling_workers(results: Path) -> str:
+    table = workers_table(load(results)).strip().splitlines()
+    return "\n".join(line for line in table if line.startswith("|"))
+
+
+def scaling_model(results: Path) -> str:
+    from . import model  # it imports bench.__main__, which imports this module
+
+    costs = model.Costs.load(results)
+    rows = [model.scenario(costs, rate, 24 * 3600.0) for rate in (1_000.0, 10_000.0, 100_000.0)]
+    table = model.markdown(costs, rows, 24.0).split("\n\nInputs:")[0]
+    inputs = ", ".join(f"{k}={v:,.1f}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in dataclasses.asdict(costs).items())
+    return ("Its defaults: a mean handler time of 10 ms at concurrency 50 per process, a "
+            "margin of 2 on worker processes, 24 hours of retention (the default "
+            f"`completed_retention`).\n\n{table}\n\nInputs: {inputs}.")
+
+
+# -- docs/workflows.md ------------------------------------------------------------------------
+
+
+def workflows_completion_cost(results: Path) -> str:
+    parts, machines = [], []
+    for backend, name in (("postgres", "PostgreSQL"), ("sqlite", "SQLite")):
+        doc = load(results)[("w10_workflow_completion_cost", backend)]
+        m = doc["median"]
+        machines.append(doc["environment"]["machine"])
+        parts.append(
+            f"on {name}, {m['cpu_us_per_job_independent']:.0f} µs of worker CPU per "
+            f"independent job, {m['cpu_us_per_job_one_dependent']:.0f} µs when each "
+            f"completion releases a dependent, {m['cpu_us_per_job_fan_in_small']:.0f} µs "
+            f"in a fan-in of {m['small_fan_in']:.0f} and "
+            f"{m['cpu_us_per_job_fan_in_large']:.0f} µs in a fan-in of {m['jobs']:,.0f} "
+            f"(large vs small: {m['fan_in_large_vs_small']:.2f}x)")
+    return ("Measured by `python -m bench --cases w10_workflow_completion_cost` "
+            f"(`bench/results/*_w10_workflow_completion_cost.json`, {_stamp(*machines)}): "
+            + "; ".join(parts) + ".")
+
+
+RENDERERS: dict[str, Callable[[Path], str]] = {
+    "readme-machine": readme_machine,
+    "readme-end-to-end": readme_end_to_end,
+    "scaling-stamp": scaling_stamp,
+    "scaling-db-cpu": scaling_db_cpu,
+    "scaling-probes": scaling_probes,
+    "scaling-sizes": scaling_sizes,
+    "scaling-wal": scaling_wal,
+    "scaling-workers": scaling_workers,
+    "scaling-model": scaling_model,
+    "workflows-completion-cost": workflows_completion_cost,
+}
+
+
+def render(text: str, results: Path = RESULTS) -> str:
+    """``text`` with every block's body rendered anew (unknown ids raise KeyError)."""
+    return BLOCK.sub(lambda m: f"{m['head']}\n{RENDERERS[m['id']](results)}\n{m['tail']}", text)
+
+
+def outside_blocks(text: str) -> str:
+    """``text`` without the blocks' bodies (what no renderer vouches for)."""
+    return BLOCK.sub(lambda m: f"{m['head']}\n{m['tail']}", text)
+
+
+def update(root: Path = ROOT, results: Path = RESULTS) -> list[str]:
+    """Rewrite every block of :data:`DOCS`; the documents changed."""
+    changed = []
+    for name in DOCS:
+        path = root / name
+        text = path.read_text(encoding="utf-8")
+        new = render(text, results)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(name)
+    return changed

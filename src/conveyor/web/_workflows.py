@@ -16,11 +16,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .._app.reads import composition as _composition
 from .._errors import InvalidStateError, JobNotFoundError
 from .._job import Job, JobState
-from . import _composition
 from ._context import Context
-from ._graph import DETAIL_LIMIT
+from ._graph import DETAIL_LIMIT, layout
 from ._jobs import sentence
 from ._query import positive_int
 from ._security import action_form
@@ -56,7 +56,8 @@ async def workflow(ctx: Context, request: Request) -> Response:
         page=positive_int(request.query_params.get("page"), 1) or 1)
     if view is None:
         raise HTTPException(404, f"no workflow with id {workflow_id}")
-    return ctx.render(request, "workflow.html", "/jobs", w=view, states=STATES,
+    return ctx.render(request, "workflow.html", "/jobs", w=view,
+                      graph=layout(view.jobs, view.edges), states=STATES,
                       detail_limit=DETAIL_LIMIT)
 
 

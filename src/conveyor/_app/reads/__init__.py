@@ -6,6 +6,7 @@ them: rich tables, HTML, prometheus-client families or the text exposition forma
 - ``overview``: jobs per state, the last hour, queues, workers, health, schedules and
   failure groups;
 - ``jobs``: a filtered page of jobs and one job's detail;
+- ``composition``: a workflow's and a batch's members, with what each may do;
 - ``series``: per-minute throughput, failures, latency and depth of the last hour;
 - ``metrics``: the Prometheus metric families as plain data.
 """

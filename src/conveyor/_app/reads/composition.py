@@ -1,19 +1,20 @@
 """What the workflow page and the batch page show, read through ``Operations`` (the
-app's ``get_workflow`` / ``get_batch`` and a keyset page of a batch's members)."""
+app's ``get_workflow`` / ``get_batch`` and a keyset page of a batch's members): each
+member with the actions its state allows. Drawing the workflow's graph is the
+dashboard's (``web/_graph.py``); this gives it the jobs and edges."""
 
 from __future__ import annotations
 
 import dataclasses
 from typing import TYPE_CHECKING
 
-from .._app import Batch
-from .._app.reads import arguments_preview, last_error
-from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, Job, JobState
-from .._redact import Redactor, mask
-from ._graph import Graph, layout
+from ..._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, Job, JobState
+from ..._redact import Redactor, mask
+from ..composition import Batch, WorkflowEdge
+from .jobs import arguments_preview, last_error
 
 if TYPE_CHECKING:
-    from .._operations import Operations
+    from ..._operations import Operations
 
 #: Jobs per page in the tables of both pages.
 PAGE_SIZE = 50
@@ -48,7 +49,9 @@ class WorkflowView:
     counts: dict[str, int]
     finished: bool
     failed: bool
-    graph: Graph
+    #: Every job of the workflow as stored (the graph's nodes) and its edges.
+    jobs: list[Job]
+    edges: list[WorkflowEdge]
     rows: list[MemberRow]
     #: The table's state filter ("" for every state), its page (1-based) and pages.
     state: str
@@ -76,7 +79,7 @@ async def workflow_view(ops: Operations, workflow_id: str, redact: Redactor, *,
     rows = [member_row(j, redact) for j in shown[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]]
     counts = {s: n for s, n in info.counts.items() if n}
     return WorkflowView(info.id, len(info.jobs), counts, info.finished, info.failed,
-                        layout(info.jobs, info.edges), rows, state, page, pages, len(shown),
+                        info.jobs, info.edges, rows, state, page, pages, len(shown),
                         sum(1 for j in info.jobs if j.state not in FINAL_STATES))
 
 

@@ -10,7 +10,6 @@ from starlette.routing import Route
 
 from .._app import reads
 from .._errors import ConveyorError
-from .._operations import bulk_filter
 from ._context import Context, safe_path
 from ._query import JobQuery
 from ._security import action_form, form_text
@@ -34,15 +33,11 @@ async def bulk(ctx: Context, request: Request) -> Response:
     query = JobQuery.parse(request.query_params)
     cap = ctx.settings.bulk_cap
     flt = await reads.bounded(ctx.ops, query.to_filter())
-    per_state = await ctx.ops.count_bulk(action, flt, cap + 1)
-    matching = sum(n for _, n in per_state)
-    narrowed = bulk_filter(action, flt)
-    sample = await ctx.ops.search_jobs(narrowed, 10) if narrowed else []
+    preview = await reads.bulk_preview(ctx.ops, action, flt, cap, ctx.settings.redact)
     return ctx.render(request, "confirm.html", "/failures", action=action, query=query,
-                      count=min(matching, cap), over=matching > cap, cap=cap,
-                      per_state=[(s.value, n) for s, n in per_state],
-                      named=[s.value for s in flt.states],
-                      sample=[ctx.settings.redact(j) for j in sample], live=False,
+                      count=min(preview.matching, cap), over=preview.over(cap), cap=cap,
+                      per_state=[(s.value, n) for s, n in preview.per_state],
+                      named=[s.value for s in flt.states], sample=preview.sample, live=False,
                       back=safe_path(request.query_params.get("back", "/failures")))
 
 

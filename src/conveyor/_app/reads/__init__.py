@@ -14,6 +14,7 @@ them: rich tables, HTML, prometheus-client families or the text exposition forma
 from .jobs import (
     TEXT_SCAN,
     AttemptRun,
+    BulkPreview,
     JobDetail,
     JobRow,
     JobsPage,
@@ -21,6 +22,7 @@ from .jobs import (
     arguments_preview,
     attempt_runs,
     bounded,
+    bulk_preview,
     first_line,
     job_detail,
     jobs_page,
@@ -47,10 +49,10 @@ from .overview import (
 from .series import Series, build_series, hour_window, per_queue, quantile
 
 __all__ = [
-    "FINAL_CAP", "NO_METRICS", "TEXT_SCAN", "AttemptRun", "JobDetail", "JobRow", "JobsPage",
-    "MetricFamily", "MetricSample", "NodeView", "Overview", "QueueView", "Series", "Snapshot",
-    "TimelineEntry", "arguments_preview", "attempt_runs", "bounded", "bucket_label",
-    "build_series", "failure_groups", "families", "first_line", "health", "hour_window",
-    "job_detail", "jobs_page", "last_error", "overview", "per_queue", "preview", "quantile",
-    "queues", "read", "schedules", "state_counts", "timeline", "totals", "workers",
+    "FINAL_CAP", "NO_METRICS", "TEXT_SCAN", "AttemptRun", "BulkPreview", "JobDetail", "JobRow",
+    "JobsPage", "MetricFamily", "MetricSample", "NodeView", "Overview", "QueueView", "Series",
+    "Snapshot", "TimelineEntry", "arguments_preview", "attempt_runs", "bounded", "bucket_label",
+    "build_series", "bulk_preview", "failure_groups", "families", "first_line", "health",
+    "hour_window", "job_detail", "jobs_page", "last_error", "overview", "per_queue", "preview",
+    "quantile", "queues", "read", "schedules", "state_counts", "timeline", "totals", "workers",
 ]

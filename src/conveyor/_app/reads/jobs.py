@@ -15,6 +15,7 @@ from ..._job import DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
 from ..._payload_crypt import sealed_key
 from ..._redact import Redactor
 from ..._storage import JobFilter
+from ..maintenance import bulk_filter
 
 if TYPE_CHECKING:
     from ..._operations import Operations
@@ -223,3 +224,28 @@ async def _why_waiting(ops: Operations, job: Job) -> list[str]:
         return (await ops.app.explain_job_async(job.id)).reasons
     except JobNotFoundError:  # deleted between the two reads
         return []
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BulkPreview:
+    """What a bulk ``action`` on a filter would change, before it is confirmed."""
+
+    #: Each state the action changes and how many jobs match in it (capped).
+    per_state: list[tuple[JobState, int]]
+    #: All of them, counted up to the cap plus one (``over``: more than the cap).
+    matching: int
+    #: A few of the jobs it would change, newest first, redacted.
+    sample: list[Job]
+
+    def over(self, cap: int) -> bool:
+        return self.matching > cap
+
+
+async def bulk_preview(ops: Operations, action: str, flt: JobFilter, cap: int,
+                       redact: Redactor, sample: int = 10) -> BulkPreview:
+    """``flt`` as a bulk ``action`` ("retry" or "discard") reads it: its states, the
+    counts (each stops past ``cap``) and ``sample`` of the jobs."""
+    per_state = await ops.count_bulk(action, flt, cap + 1)
+    narrowed = bulk_filter(action, flt)
+    jobs = await ops.search_jobs(narrowed, sample) if narrowed else []
+    return BulkPreview(per_state, sum(n for _, n in per_state), [redact(j) for j in jobs])

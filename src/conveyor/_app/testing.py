@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from .._task import JobSpec
 from .maintenance import MaintenanceApp
 
 if TYPE_CHECKING:
-    from .._runtime.inprocess import DrainResult
+    from .._runtime.inprocess import DrainResult, InProcessRunner
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +57,14 @@ class TestingApp(MaintenanceApp):
 
     __test__ = False  # not a pytest test class, whatever its name
     _inline: InlineOptions | None = None
+    #: Until when a Throttle (node scope) holds each queue (database clock), across drains
+    #: and inline runs, as a worker's producer holds as long.
+    _throttle_holds: dict[str, datetime] | None = None
+
+    def _holds(self) -> dict[str, datetime]:
+        if self._throttle_holds is None:
+            self._throttle_holds = {}
+        return self._throttle_holds
 
     def inline(self, *, retries: bool = False, include_scheduled: bool = False) -> Inline:
         """Run each job when it is enqueued, in the caller, until the block ends.
@@ -66,8 +75,12 @@ class TestingApp(MaintenanceApp):
         ``retries=True`` a failed job is retried at once, in the caller, until it
         completes or runs out of attempts. A delayed job waits (run it with ``drain``
         after ``clock.advance``) unless ``include_scheduled``. Jobs enqueued with
-        ``connection=`` are not run (they are not committed yet); limits (rate,
-        concurrency) are not applied. ``enqueue`` returns the job as its run left it.
+        ``connection=`` are not run (they are not committed yet). A worker's rules
+        apply: a paused queue runs nothing, a queue's default backoff times a retry, and
+        a queue held by a ``Throttle`` (or cooling down after ``Throttle(scope="queue")``)
+        runs nothing until its time is up (``include_scheduled`` skips that wait, as it
+        skips delays); rate and concurrency limits are not applied (``drain`` applies
+        them). ``enqueue`` returns the job as its run left it.
 
         Example::
 
@@ -108,25 +121,32 @@ class TestingApp(MaintenanceApp):
         from .._runtime.inprocess import InProcessRunner  # only when jobs run inline
 
         storage = await self._observed()
-        runner = InProcessRunner(self.registry, storage)
+        runner = InProcessRunner(self.registry, storage, holds=self._holds())
+        runner.timeless = options.include_scheduled
         out = []
         try:
+            await runner.load_settings()
             for job in jobs:
                 runnable = job.state is JobState.AVAILABLE or (
                     options.include_scheduled and job.state is JobState.SCHEDULED)
-                if job.duplicate or not runnable:
-                    out.append(job)
+                if job.duplicate or not runnable or await runner.waiting(job.queue):
+                    out.append(job)  # a worker would not run it now either
                     continue
-                early = options.include_scheduled
-                while (claimed := await runner.claim(job.id, early=early)) is not None:
-                    outcome = await runner.run(claimed)
-                    if not (options.retries and outcome is not None and outcome.kind == "retried"):
-                        break
-                    early = True  # its retry, now
+                await self._run_one_inline(runner, job, options)
                 out.append(await storage.job_get(job.id) or job)
         finally:
             runner.close()
         return self._bound(out)
+
+    @staticmethod
+    async def _run_one_inline(runner: InProcessRunner, job: Job, options: InlineOptions) -> None:
+        """Claim and run ``job``; with ``retries`` again at once while its attempts fail."""
+        early = options.include_scheduled
+        while (claimed := await runner.claim(job.id, early=early)) is not None:
+            outcome = await runner.run(claimed)
+            if not (options.retries and outcome is not None and outcome.kind == "retried"):
+                return
+            early = True  # its retry, now
 
     # -- drain ------------------------------------------------------------------------------
 
@@ -140,7 +160,11 @@ class TestingApp(MaintenanceApp):
         after that many attempts; ``include_scheduled`` also takes scheduled and
         retryable jobs before they are due (so failing jobs are retried until they
         complete or run out of attempts); ``cron`` first enqueues the due ticks of the
-        schedules. Paused queues are left alone, rate and concurrency limits apply.
+        schedules. The rules a worker follows apply: paused queues are left alone, rate
+        and concurrency limits apply, a queue's default backoff times retries, a
+        ``Throttle`` holds its queue (``scope="queue"``: a cool-down every worker and
+        later drain respects) for the rest of its time, which ``include_scheduled``
+        skips as it skips delays.
         Returns what ran: ``result.completed``, ``.retried``, ``.discarded``,
         ``.cancelled``, ``.snoozed``, ``.errors``, ``.held``.
 
@@ -152,7 +176,8 @@ class TestingApp(MaintenanceApp):
             raise ValueError(f"max_jobs must be an int >= 1 or None, got {max_jobs!r}")
         from .._runtime.inprocess import InProcessRunner
 
-        runner = InProcessRunner(self.registry, await self._observed())
+        runner = InProcessRunner(self.registry, await self._observed(),
+                                 holds=self._holds())
         try:
             return await runner.drain(names, max_jobs, bool(include_scheduled), bool(cron))
         finally:

@@ -5,21 +5,28 @@ It is made of the worker's own parts: claims through a ``Producer`` and its
 ``Admission`` (rate and concurrency limits), the ``Executor`` (middleware, context,
 timeouts, and the outcome of return, raise, Snooze, Cancel, Discard, Throttle), fenced
 outcomes written through the observed storage attributed to "worker" (so state-change
-events and hooks fire as in production), the ``Stager`` and the ``CronScheduler``. What
-it leaves out is the timing a long-lived worker needs (polling, heartbeats, a burst
-worker's quiet period): it claims one job, runs it, writes its outcome, then claims the
-next, so a drain is deterministic and stops at once when nothing is left.
+events and hooks fire as in production), the ``Stager`` and the ``CronScheduler``. It
+reads the queues' live settings as a worker's ``QueueSettings`` and ``Cooldowns`` do:
+a paused queue runs nothing, a queue's default backoff times its retries, a
+``Throttle`` holds its queue (``scope="queue"``: a cool-down written for every worker)
+and a queue cooling down is left alone. What it leaves out is the timing a long-lived
+worker needs (polling, heartbeats, a burst worker's quiet period): it claims one job,
+runs it, writes its outcome, then claims the next, so a drain is deterministic and
+stops at once when nothing is left (or only held queues are).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, MutableMapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from .._context import JobContext
+from .._errors import THROTTLE_COOLDOWN_CAP
 from .._job import Job, JobState
 from .._limits import RateLimit
 from .._observed import ObservedStorage
@@ -28,14 +35,19 @@ from .._storage import (
     JobAck,
     JobAckManyParams,
     JobClaimOneParams,
+    QueueCooldownRaiseParams,
+    QueueRow,
     Storage,
 )
+from .._task_retry import parse_queue_backoff
 from .admission import Admission
 from .cron import CronScheduler
 from .executor import Execution, Executor
 from .producer import Producer
 from .progress import ProgressFlusher
 from .stager import Stager
+
+log = logging.getLogger("conveyor.worker")
 
 #: A drain that ran this many attempts is stuck (a job that snoozes for ever?).
 MAX_DRAIN_ATTEMPTS = 1_000
@@ -135,7 +147,8 @@ def _outcome(job: Job, ack: JobAck) -> Outcome:
 class InProcessRunner:
     """Claims, runs and acknowledges jobs one at a time in the caller's event loop."""
 
-    def __init__(self, registry: Registry, storage: Storage, lease_ttl: float = 300.0) -> None:
+    def __init__(self, registry: Registry, storage: Storage, lease_ttl: float = 300.0,
+                 holds: MutableMapping[str, datetime] | None = None) -> None:
         observed = storage if isinstance(storage, ObservedStorage) else ObservedStorage(
             storage, registry.hooks)
         self.node_id = f"inprocess-{uuid.uuid4().hex[:12]}"
@@ -154,9 +167,60 @@ class InProcessRunner:
         self._producers: dict[str, Producer] = {}
         self._ready: list[Job] = []
         self._claimed: dict[int, Job] = {}
+        #: Until when (database clock) a ``Throttle`` (node scope) holds each queue: a
+        #: worker holds its producer as long. Kept by the app across drains.
+        self._holds: MutableMapping[str, datetime] = {} if holds is None else holds
+        #: The queues' live settings, read by ``load_settings``.
+        self._rows: dict[str, QueueRow] = {}
+        #: True when time is skipped (``include_scheduled``): holds and cool-downs too.
+        self.timeless = False
 
     def close(self) -> None:
         self.executor.shutdown()
+
+    # -- the rules a worker applies --------------------------------------------------------
+
+    async def load_settings(self) -> None:
+        """Read the queues' live settings: pause and rate limit (``_producer``) and each
+        queue's default backoff for the executor, as a worker's ``QueueSettings`` does."""
+        self._rows = {q.name: q for q in await self._storage.queue_list()}
+        self.executor.queue_backoffs.clear()
+        for name, row in self._rows.items():
+            if row.backoff is None:
+                continue
+            try:
+                self.executor.queue_backoffs[name] = parse_queue_backoff(row.backoff)
+            except ValueError as exc:  # as on a worker: ignored, the built-in one applies
+                log.warning("queue %r: ignoring its backoff: %s", name, exc)
+
+    async def waiting(self, queue: str) -> str | None:
+        """Why a worker would claim nothing from ``queue`` now, or None: paused, held by a
+        ``Throttle`` of its task, or cooling down after a ``Throttle(scope="queue")``
+        (written by any worker). ``timeless`` skips the last two, as it skips delays."""
+        row = self._rows.get(queue)
+        if row is not None and row.paused:
+            return "paused"
+        if self.timeless:
+            return None
+        until = self._holds.get(queue)
+        if until is not None and until > await self._storage.clock_now():
+            return "held by a Throttle"
+        for cooling in await self._storage.queue_cooldown_list():
+            if cooling.queue == queue and cooling.active:
+                return "cooling down"
+        return None
+
+    async def _throttled(self, queue: str, ex: Execution) -> None:
+        """After a ``Throttle``: hold the queue (node scope) or write its cool-down for
+        every worker (queue scope), as ``Worker._run_execution`` does."""
+        if ex.throttle is None or ex.throttle <= 0:
+            return
+        if ex.throttle_scope == "queue":
+            await self._storage.queue_cooldown_raise(
+                QueueCooldownRaiseParams(queue, ex.throttle, THROTTLE_COOLDOWN_CAP))
+            return
+        until = await self._storage.clock_now() + timedelta(seconds=ex.throttle)
+        self._holds[queue] = max(until, self._holds.get(queue, until))
 
     # -- one job -------------------------------------------------------------------------
 
@@ -171,6 +235,7 @@ class InProcessRunner:
         ex = self._executions[job.id] = Execution(job, ctx)
         try:
             ack = await self.executor.execute(ex)
+            await self._throttled(job.queue, ex)
             if ack is None:
                 return None
             await self.progress.flush_job(ctx._progress)  # as a worker does: the last report first
@@ -185,10 +250,12 @@ class InProcessRunner:
                     include_scheduled: bool, cron: bool) -> DrainResult:
         """Run every due job of ``queues`` (None: every queue) until none is left."""
         result = DrainResult()
+        self.timeless = include_scheduled
         if cron:
             await self.cron.start()
             await self.cron.run_once()
         while max_jobs is None or len(result) < max_jobs:
+            await self.load_settings()  # live, as a worker reads them every interval
             await self.stager.run_once()
             if include_scheduled:
                 wanted: Sequence[str | None] = queues if queues is not None else [None]
@@ -216,6 +283,8 @@ class InProcessRunner:
                     f"drain stopped after {MAX_DRAIN_ATTEMPTS} attempts (the last: "
                     f"{last.task if last else '?'} {last.kind if last else ''}): a job that "
                     "snoozes for ever? Pass max_jobs= to run a bounded number")
+            if await self.waiting(queue) is not None:
+                return ran  # a worker would wait: the rest of this queue stays
             await producer.run_once()
             await self._write_held(result)
             if producer.idle and not self._ready:  # nothing claimed, nothing held back
@@ -238,7 +307,7 @@ class InProcessRunner:
             producer = self._producers[queue] = Producer(
                 self._storage, queue, 1, self.node_id, self._lease_ttl, 1,
                 lambda job, _: self._ready.append(job), self._admit)
-        row = next((q for q in await self._storage.queue_list() if q.name == queue), None)
+        row = self._rows.get(queue)
         rate = RateLimit(row.rate_limit) if row is not None and row.rate_limit else None
         producer.apply(paused=bool(row and row.paused), limit=1, rate_limit=rate)
         return producer

@@ -489,3 +489,23 @@ def test_django_extra_alone_runs_its_management_command(make_venv: Callable[...,
     python_checks(run, "import django\ndjango.setup()\nimport conveyor.contrib.django.backend\n"
                   + _alone("django"))
     assert "--burst" in ok(run("python", "-m", "django", "conveyor_worker", "--help"))
+
+
+def test_the_pytest_plugin_runs_a_users_tests_without_an_extra(make_venv: Callable[..., Path],
+                                                               tmp_path: Path) -> None:
+    """pytest loads the plugin by itself wherever Conveyor is installed: on a core install
+    (no psycopg) a user's suite runs on SQLite with the ``conveyor_app`` fixture."""
+    venv = make_venv("core-pytest")
+    _check([_uv(), "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "pytest"])
+    (tmp_path / "tasks.py").write_text(TASKS)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nconveyor_app = tasks:app\npythonpath = .\n")
+    (tmp_path / "test_tasks.py").write_text(textwrap.dedent("""
+        from tasks import add
+
+        def test_add_runs(conveyor_app):
+            job = add.enqueue(2, 40)
+            assert len(conveyor_app.drain().completed) == 1
+            assert conveyor_app.get_job(job.id).result == 42
+    """))
+    out = ok(runner(venv, tmp_path)("python", "-m", "pytest", "-q", "-p", "no:cacheprovider"))
+    assert "1 passed" in out

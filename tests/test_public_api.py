@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, assert_type
@@ -203,3 +204,26 @@ def test_version_has_one_source() -> None:
     assert result.exit_code == 0 and result.output.strip() == f"conveyor, version {__version__}"
     pyproject = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
     assert 'dynamic = ["version"]' in pyproject  # read from conveyor._version, not repeated
+
+
+def test_a_postgres_url_without_psycopg_names_the_extra(tmp_path: Path) -> None:
+    """psycopg made unimportable in a child: ``Conveyor(url)`` raises one line naming
+    ``conveyor[postgres]``, and the CLI exits 3 with it (tests/test_package.py checks the
+    same on a real install without the extra)."""
+    block = "import sys\nsys.modules['psycopg'] = None\nsys.modules['psycopg_pool'] = None\n"
+    child = block + textwrap.dedent("""
+        from conveyor import Conveyor, DatabaseUnavailableError
+        try:
+            Conveyor("postgresql://127.0.0.1:1/none")
+        except DatabaseUnavailableError as exc:
+            print(exc)
+        from conveyor.cli import main
+        main(["jobs", "list", "--url", "postgresql://127.0.0.1:1/none"])
+    """)
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path, check=False)
+    line = ("PostgreSQL URLs need the psycopg driver, which is not installed: "
+            "pip install 'conveyor[postgres]'")
+    assert done.stdout.strip() == line
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip().count("\n") == 0 and line in done.stderr

@@ -1,9 +1,11 @@
 """The operator API: what the dashboard and the CLI read and change, through the app.
 
-``Operations(app)`` calls the app's public methods and ``await app.storage()``; it never
-reaches for the app's private state, so the dashboard and the CLI see exactly what the
-app sees. Its writes go through the app's storage view for ``source``, so the storage
-choke point (``_observed.py``) announces each state change as the operator's.
+Its reads are the primitives (one query each); what a page or ``conveyor status``
+shows is composed from them once, in ``conveyor._app.reads``. ``Operations(app)``
+calls the app's public methods and ``await app.storage()``; it never reaches for the
+app's private state, so the dashboard and the CLI see exactly what the app sees. Its
+writes go through the app's storage view for ``source``, so the storage choke point
+(``_observed.py``) announces each state change as the operator's.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ class Operations:
                 return deleted
             after = batch.next_after
 
-    # -- reads --------------------------------------------------------------------------------
+    # -- reads (composed into views in conveyor._app.reads) ------------------------------------
 
     async def count_by_queue(self, cap: int) -> list[StateCount]:
         """Jobs per queue and state; final states stop counting at ``cap``."""

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor, DatabaseUnavailableError, JobState, Unique, WorkerConfig
-from conveyor._operations import Operations
+from conveyor._app.operations import Operations
 from conveyor._runtime.archiver import Archiver
 from conveyor._storage import JobFailureGroupsParams, JobFilter, JobSearchParams
 

@@ -33,7 +33,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("registry", ("conveyor._task", "conveyor._hooks", "conveyor._registry", "conveyor._observed",
                   "conveyor._workflow")),
     ("runtime", ("conveyor._runtime",)),
-    ("app", ("conveyor._app", "conveyor._operations", "conveyor._explain")),
+    ("app", ("conveyor._app", "conveyor._explain")),
     ("interfaces", (
         "conveyor.cli", "conveyor.web", "conveyor.otel", "conveyor.contrib",
         "conveyor.testing", "conveyor.__main__", "conveyor",
@@ -155,7 +155,7 @@ def test_the_cycle_check_can_fail() -> None:
 
 
 #: The interfaces. Each reaches the core through the app layer (``conveyor._app``,
-#: ``conveyor._operations``) and the model, never through storage or the runtime, and
+#: ``conveyor._app.operations``) and the model, never through storage or the runtime, and
 #: uses another interface only through its public face (``conveyor.web.create_app``,
 #: not ``conveyor.web._security``). The integrations (``conveyor.contrib``) may use the
 #: other interfaces' faces; no other interface imports an integration.

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 from conveyor import Conveyor, WorkerConfig
-from conveyor._operations import Operations
+from conveyor._app.operations import Operations
 from conveyor._runtime.vacuumer import VacuumConfig, Vacuumer
 from conveyor._storage import Storage
 from conveyor.cli.worker import _param_type

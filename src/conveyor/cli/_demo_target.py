@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from .._app import Conveyor, JobFilter
-from .._operations import Operations
+from .._app.operations import Operations
 from ._base import CliFailure
 from ._render import safe
 

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 import click
 
 from .._app import Conveyor, JobFilter, bulk_states
+from .._app.operations import Operations
 from .._errors import InvalidStateError, JobNotFoundError
 from .._job import RETRYABLE_FROM, Job, JobState
-from .._operations import Operations
 from .._payload import check_queue_name, check_task_name
 from ._base import EPILOG, EXIT_RUNTIME, JOB_ID, CliFailure, common_options, json_option, run_async
 from ._loading import open_app

@@ -26,8 +26,8 @@ from typing import Any
 import click
 
 from .._app import Conveyor, Storage
+from .._app.operations import Operations
 from .._config import WorkerConfig
-from .._operations import Operations
 from .._task import Task
 from ._loading import check_url, resolve_url
 

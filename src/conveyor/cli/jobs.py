@@ -19,8 +19,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .._app import Conveyor, Dependency, JobFilter
+from .._app.operations import Operations
 from .._job import Job, JobState
-from .._operations import Operations
 from .._redact import redact_secrets
 from ._base import (
     CONTEXT,

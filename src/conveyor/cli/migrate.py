@@ -9,8 +9,8 @@ import click
 from rich.text import Text
 
 from .._app import Conveyor
+from .._app.operations import Operations
 from .._errors import DatabaseUnavailableError
-from .._operations import Operations
 from ._base import EPILOG, EXIT_SCHEMA, common_options, json_option
 from ._loading import check_url, resolve_url
 from ._render import console, print_json

@@ -14,8 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .._app import Conveyor, reads
+from .._app.operations import Operations
 from .._format import count, number, percent, seconds
-from .._operations import Operations
 from ._base import EPILOG, common_options, json_option, run_async
 from ._loading import open_app
 from ._render import STATE_STYLES, console, print_json

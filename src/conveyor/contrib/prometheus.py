@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 
 from .. import __version__
 from .._app import reads
+from .._app.operations import Operations
 from .._app.reads.metrics import EMPTY, MetricFamily, Snapshot, bucket_label, read_blocking
 from .._errors import ConveyorError
-from .._operations import Operations
 
 try:
     from prometheus_client import CollectorRegistry, generate_latest

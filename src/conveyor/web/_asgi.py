@@ -15,7 +15,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
-from .._operations import Operations
+from .._app.operations import Operations
 from . import _failures, _jobs, _overview, _queues, _schedules, _workers, _workflows
 from ._context import Context
 from ._security import Guard

@@ -14,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
+from .._app.operations import Operations
 from .._errors import DatabaseUnavailableError, SchemaError
-from .._operations import Operations
 from ._format import FILTERS
 from ._security import csrf_token
 from ._settings import Settings

@@ -14,7 +14,7 @@ from ..composition import Batch, WorkflowEdge
 from .jobs import arguments_preview, last_error
 
 if TYPE_CHECKING:
-    from ..._operations import Operations
+    from ..operations import Operations
 
 #: Jobs per page in the tables of both pages.
 PAGE_SIZE = 50

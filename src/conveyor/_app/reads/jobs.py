@@ -18,7 +18,7 @@ from ..._storage import JobFilter
 from ..maintenance import bulk_filter
 
 if TYPE_CHECKING:
-    from ..._operations import Operations
+    from ..operations import Operations
 
 #: Characters of args shown in a list row; the detail page shows them all.
 PREVIEW_CHARS = 120

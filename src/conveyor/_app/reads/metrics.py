@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Literal
 
 from ..._job import ACTIVE_STATES
 from ..._metric_schema import BOUNDS, OUTCOMES
-from ..._operations import Operations
 from ..._storage import MetricTotal, StateCount
+from ..operations import Operations
 
 if TYPE_CHECKING:
     from ..app import Conveyor

@@ -15,7 +15,7 @@ from ..control import ScheduleInfo
 from .series import Series, build_series, hour_window, per_queue
 
 if TYPE_CHECKING:
-    from ..._operations import Operations
+    from ..operations import Operations
 
 #: Final states stop being counted here (waiting and running ones are always exact).
 FINAL_CAP = 100_000

@@ -13,9 +13,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from ._app import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
-from ._job import Job, JobState
-from ._storage import (
+from .._job import Job, JobState
+from .._storage import (
     DbHealth,
     DepthPoint,
     FailureGroup,
@@ -36,12 +35,13 @@ from ._storage import (
     create_storage,
     load_migrations,
 )
+from .maintenance import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from ._app import Conveyor
-    from ._app.composition import Batch, WorkflowInfo
+    from .app import Conveyor
+    from .composition import Batch, WorkflowInfo
 
 
 class Operations:

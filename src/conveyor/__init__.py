@@ -31,6 +31,7 @@ from ._errors import (
     JobFailedError,
     JobNotFoundError,
     PayloadTooLargeError,
+    ScheduleNotFoundError,
     SchemaError,
     Snooze,
     StorageFullError,
@@ -48,7 +49,6 @@ if _typing.TYPE_CHECKING:
         Dependency,
         QueueInfo,
         ScheduleInfo,
-        ScheduleNotFoundError,
         WorkflowEdge,
         WorkflowInfo,
         WorkflowRun,
@@ -68,7 +68,7 @@ if _typing.TYPE_CHECKING:
 #: conveyor`` stays cheap (no worker, no storage, no driver), and ``conveyor --help`` with it.
 _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     "._app": ("Batch", "Conveyor", "Dependency", "QueueInfo", "ScheduleInfo",
-              "ScheduleNotFoundError", "WorkflowEdge", "WorkflowInfo", "WorkflowRun"),
+              "WorkflowEdge", "WorkflowInfo", "WorkflowRun"),
     "._config": ("ConveyorConfig", "WorkerConfig"),
     "._context": ("JobContext", "current_job"),
     "._cron": ("Schedule",),

@@ -73,6 +73,10 @@ class BatchNotFoundError(ConveyorError, LookupError):
     """No batch has the given id."""
 
 
+class ScheduleNotFoundError(ConveyorError, LookupError):
+    """No schedule has the given name."""
+
+
 class BatchClosedError(InvalidStateError):
     """Jobs cannot be added to a batch that is closed."""
 

@@ -7,10 +7,12 @@ rescue now) <- ``TestingApp`` (inline mode and drain, for the testing toolkit) <
 ``Conveyor`` (the sync twins, one line each).
 
 The records of storage and runtime that the interfaces handle (a job filter, counts,
-health, metric points, migrations, a drain's result) are re-exported here, so an
-interface never imports ``conveyor._storage`` or ``conveyor._runtime``.
+health, metric points, migrations, a drain's result, the testing toolkit's throwaway
+PostgreSQL databases) are re-exported here, so an interface never imports
+``conveyor._storage`` or ``conveyor._runtime``.
 """
 
+from .._errors import ScheduleNotFoundError
 from .._runtime.inprocess import DrainResult, Outcome
 from .._storage import (
     DbHealth,
@@ -25,10 +27,12 @@ from .._storage import (
     QueueRow,
     StateCount,
     Storage,
+    create_database,
+    drop_database,
 )
 from .app import Conveyor
 from .composition import Batch, Dependency, WorkflowEdge, WorkflowInfo, WorkflowRun
-from .control import QueueInfo, ScheduleInfo, ScheduleNotFoundError
+from .control import QueueInfo, ScheduleInfo
 from .maintenance import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
 
 __all__ = [
@@ -36,5 +40,5 @@ __all__ = [
     "DepthPoint", "DrainResult", "FailureGroup", "JobFilter", "LeaderRow", "MetricPoint",
     "MetricTotal", "Migration", "NodeRow", "Outcome", "QueueInfo", "QueueRow", "ScheduleInfo",
     "ScheduleNotFoundError", "StateCount", "Storage", "WorkflowEdge", "WorkflowInfo",
-    "WorkflowRun", "bulk_filter", "bulk_states",
+    "WorkflowRun", "bulk_filter", "bulk_states", "create_database", "drop_database",
 ]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _payload
 from .._cron import Misfire, Schedule, next_tick
-from .._errors import ConveyorError
+from .._errors import ScheduleNotFoundError
 from .._job import Job, JobState
 from .._limits import parse_rate
 from .._runtime.cron import schedule_insert, upsert_params
@@ -47,10 +47,6 @@ def _check_retention(which: str, seconds: Any) -> float | None:
         raise ValueError(f"{which} retention must be seconds >= 0 (or None to reset), "
                          f"got {seconds!r}")
     return float(seconds)
-
-
-class ScheduleNotFoundError(ConveyorError, LookupError):
-    """No schedule has the given name."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

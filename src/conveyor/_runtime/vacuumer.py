@@ -32,10 +32,12 @@ MAX_HOLD = 60.0
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class VacuumConfig:
+    """The worker's ``vacuum_interval`` and ``vacuum_dead_rows`` (defaults there)."""
+
     #: Seconds between reads of the statistics.
-    interval: float = 5.0
+    interval: float
     #: Dead rows that make a table worth a VACUUM; 0 turns the service off.
-    dead_rows: int = 50_000
+    dead_rows: int
 
 
 class Vacuumer(Service):

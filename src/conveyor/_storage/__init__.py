@@ -27,7 +27,6 @@ from .control_types import (
     ScheduleRow,
     ScheduleSetPausedParams,
     ScheduleUpsertParams,
-    gcra,
 )
 from .cooldown_types import QueueCooldownRaiseParams, QueueCooldownRow
 from .job_types import (
@@ -74,6 +73,7 @@ from .schema import (
     load_queries,
     pending_migrations,
 )
+from .testdb import create_database, drop_database
 from .wake import WakeCallback, WakeHub
 from .workflow import ComposeParams
 from .workflow_types import (
@@ -202,9 +202,10 @@ __all__ = [
     "WorkflowDep",
     "WorkflowInsertParams",
     "WorkflowNode",
+    "create_database",
     "create_storage",
+    "drop_database",
     "fast_constructor",
-    "gcra",
     "insert_with_arguments",
     "load_migrations",
     "load_queries",

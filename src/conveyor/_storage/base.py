@@ -6,21 +6,21 @@ small methods (``_read``, ``_write``, ``_filter_values``, ``_change_matching``) 
 few class constants, then writes only what truly differs: opening, migrating, the batch
 paths (insert, claim, ack, heartbeat) and the calls that need a transaction of several
 statements. The unique-insert merge lives in ``unique.py``, the migration check in
-``schema.py`` and row decoding in ``rows.py``, each used by both backends.
+``schema.py``, row decoding in ``rows.py`` and the testing toolkit's methods in
+``toolkit.py`` (inherited), each used by both backends.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
 from .._errors import unique_held
 from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, STAGED_STATES, Job, JobState
-from .clock import testing_queries, virtual_queries
 from .control_types import (
     JobPruneParams,
 )
@@ -29,7 +29,6 @@ from .job_types import (
     JobArchiveParams,
     JobBulkParams,
     JobChanged,
-    JobClaimOneParams,
     JobCountCappedParams,
     JobFailureGroupsParams,
     JobFilter,
@@ -46,13 +45,14 @@ from .job_types import (
 from .protocol import Capabilities
 from .rows import job_from_row, jobs_from_rows, ts
 from .schema import TableDeadRows, load_queries
+from .toolkit import ToolkitStorage
 from .wake import WakeCallback, WakeHub
 
 #: A database row read by column name (``sqlite3.Row`` or a psycopg dict row).
 Row = Any
 
 
-class BaseStorage(ABC):
+class BaseStorage(ToolkitStorage):
     """The shared half of a backend; see the module docstring for what a backend adds."""
 
     #: "sqlite" or "postgres": picks the SQL files and names the capabilities.
@@ -64,8 +64,6 @@ class BaseStorage(ABC):
     wake_locally: ClassVar[bool]
     #: The driver's error for a unique index violation (another live job holds the key).
     unique_violation: ClassVar[type[Exception]]
-    #: True once ``use_virtual_clock`` rewrote the statements (the testing toolkit).
-    virtual_clock: bool = False
 
     def __init__(self, hub: WakeHub, poll_interval: float) -> None:
         self._hub = hub
@@ -350,46 +348,6 @@ class BaseStorage(ABC):
         rows = await self._write("job_history_drop", {"completed_age": params.completed_age,
                                                       "discarded_age": params.discarded_age})
         return int(rows[0]["n"]) if rows else 0
-
-    # -- the testing toolkit (conveyor.testing; statements in <dialect>/testing.sql) ------
-
-    def use_virtual_clock(self) -> None:
-        """Measure time on the virtual clock (``clock.py``) from now on; before ``open``."""
-        self._testing_sql()
-        self._q = virtual_queries(self.dialect, self._q)
-        self.virtual_clock = True
-
-    def _testing_sql(self) -> None:
-        """Load the toolkit's statements on first use: production never does."""
-        if "job_claim_one" not in self._q:
-            extra = testing_queries(self.dialect)
-            self._q.update(virtual_queries(self.dialect, extra) if self.virtual_clock else extra)
-
-    async def clock_join(self, offset: float) -> float:
-        """Create the clock's table if needed and keep the larger of ``offset`` and the
-        stored one (another process may have advanced it); the offset in force."""
-        self._testing_sql()
-        await self._write("clock_create", {})
-        return float((await self._write("clock_raise", {"offset": offset}))[0]["offset_seconds"])
-
-    async def clock_set(self, offset: float) -> float:
-        """Advance the stored offset to ``offset`` (never back); the offset in force."""
-        self._testing_sql()
-        return float((await self._write("clock_raise", {"offset": offset}))[0]["offset_seconds"])
-
-    async def job_claim_one(self, params: JobClaimOneParams) -> Job | None:
-        self._testing_sql()
-        return self._one(await self._write("job_claim_one", dataclasses.asdict(params)))
-
-    async def job_stage_early(self, *, queue: str | None = None) -> list[StagedJob]:
-        self._testing_sql()
-        staged = []
-        for previous in STAGED_STATES:
-            values = {"queue": queue, "from_state": previous.value}
-            for r in await self._write("job_stage_early", values):
-                staged.append(StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
-        self._woke(j.queue for j in staged)
-        return staged
 
 
 #: Moving jobs back from history to the hot table, after a pick: copy, then delete.

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from .._app import Conveyor
-from .._app.testdb import create_database, drop_database
+from .._app import Conveyor, create_database, drop_database
 from .._clock import VirtualClock
 
 ENV_URL = "CONVEYOR_TEST_DATABASE_URL"

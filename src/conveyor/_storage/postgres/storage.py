@@ -26,8 +26,8 @@ from ..control_types import (
     LeaderRow,
     RateGrant,
     RateRequest,
-    gcra,
 )
+from ..gcra import gcra
 from ..job_types import (
     JobAck,
     JobAckManyParams,

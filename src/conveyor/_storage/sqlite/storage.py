@@ -26,9 +26,9 @@ from ..control_types import (
     LeaderRow,
     RateGrant,
     RateRequest,
-    gcra,
 )
 from ..freelist import FreeList
+from ..gcra import gcra
 from ..job_types import (
     JobAck,
     JobAckManyParams,

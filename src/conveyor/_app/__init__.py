@@ -1,10 +1,14 @@
 """The application core: the ``Conveyor`` app and the records its methods return.
 
-One chain of classes, each with real methods: ``AppBase`` (definitions, storage,
-the sync bridge) <- ``JobsApp`` (enqueue, jobs, workers) <- ``ControlApp`` (schedules,
-queues, cluster) <- ``MaintenanceApp`` (discard, delete, purge, bulk actions, prune and
-rescue now) <- ``TestingApp`` (inline mode and drain, for the testing toolkit) <-
-``Conveyor`` (the sync twins, one line each).
+One chain of classes, one file each, each with real methods: ``AppBase`` (base.py:
+definitions, storage, the sync bridge) <- ``ResultsApp`` (results.py: waiting for jobs)
+<- ``JobsApp`` (jobs.py: enqueue, jobs, workers) <- ``CompositionApp`` (composition.py:
+workflows, batches, dependencies) <- ``ControlApp`` (control.py: schedules, queues,
+cluster) <- ``MaintenanceApp`` (maintenance.py: discard, delete, purge, bulk actions,
+prune and rescue now) <- ``TestingApp`` (testing.py: inline mode and drain) <-
+``Conveyor`` (app.py: the sync twins, one line each). A chain and not parts held by
+the app: the public API is one flat object (``app.get_job``), so parts would each need
+a forwarding method per public one; each link uses only the links below it.
 
 The records of storage and runtime that the interfaces handle (a job filter, counts,
 health, metric points, migrations, a drain's result, the testing toolkit's throwaway

@@ -13,25 +13,35 @@ import pytest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "testing.md"
 BLOCK = re.compile(r"```python\n# (\S+\.py)\n(.*?)```", re.DOTALL)
+INI = re.compile(r"```ini\n# pytest\.ini[^\n]*\n(.*?)```", re.DOTALL)
+TREE = re.compile(r"```text\n(pytest\.ini\n.*?)```", re.DOTALL)
 
 
 def write_example(root: Path) -> None:
-    files = dict(BLOCK.findall(DOC.read_text()))
+    """The documented layout and nothing else: the doc's ``pytest.ini`` and its two
+    files, so that a layout that does not work as written fails here (it lacked
+    ``pythonpath = .``: ``myproj`` could not be imported)."""
+    doc = DOC.read_text()
+    files = dict(BLOCK.findall(doc))
     assert set(files) == {"myproj/tasks.py", "tests/test_tasks.py"}, set(files)
+    inis = INI.findall(doc)
+    assert len(inis) == 1, inis
+    files["pytest.ini"] = inis[0]
     for name, body in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(body)
-    (root / "myproj" / "__init__.py").write_text("")
-    (root / "pytest.ini").write_text("[pytest]\nconveyor_app = myproj.tasks:app\n"
-                                     "pythonpath = .\n")
+    layout = TREE.search(doc)
+    assert layout is not None and set(layout.group(1).split()) == set(files), files
 
 
 def run(root: Path, url: str | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONVEYOR_")}
     if url is not None:
         env["CONVEYOR_TEST_DATABASE_URL"] = url
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+    # -P: as the ``pytest`` command does, the working directory is not put on sys.path
+    # (``python -m`` would, and hide a layout that cannot import its own package).
+    return subprocess.run([sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider"],
                           cwd=root, env=env, capture_output=True, text=True, timeout=180)
 
 

@@ -183,11 +183,13 @@ def detail_table(job: Job) -> Table:
 
 
 def progress_line(job: Job, width: int = 20) -> str:
-    """``[#########-----------]  45%  message``: what the handler last reported."""
+    """``[#########-----------]  45%  message``: what the handler last reported; a
+    completed job is done whatever it last reported (100%)."""
     if job.progress is None:
         return "-"
-    filled = round(job.progress * width)
-    line = f"[{'#' * filled}{'-' * (width - filled)}] {job.progress * 100:3.0f}%"
+    progress = 1.0 if job.state is JobState.COMPLETED else job.progress
+    filled = round(progress * width)
+    line = f"[{'#' * filled}{'-' * (width - filled)}] {progress * 100:3.0f}%"
     return f"{line}  {job.progress_message}" if job.progress_message else line
 
 

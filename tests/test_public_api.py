@@ -164,7 +164,8 @@ def test_import_conveyor_loads_no_driver_and_no_interface_library() -> None:
 
 def test_an_app_that_only_enqueues_loads_no_worker_and_no_postgres_driver() -> None:
     loaded = _loaded_after("from conveyor import Conveyor\nConveyor('sqlite:///:memory:x')")
-    assert "conveyor._runtime.worker" not in loaded
+    assert not {"conveyor._runtime.worker", "conveyor._runtime.executor",
+                "conveyor._runtime.inprocess"} & loaded
     assert "conveyor._explain" not in loaded
     assert not {m.split(".")[0] for m in loaded} & {"psycopg", "psycopg_pool", "rich", "click"}
 

@@ -16,8 +16,9 @@ PostgreSQL databases) are re-exported here, so an interface never imports
 ``conveyor._storage`` or ``conveyor._runtime``.
 """
 
+from typing import TYPE_CHECKING
+
 from .._errors import ScheduleNotFoundError
-from .._runtime.inprocess import DrainResult, Outcome
 from .._storage import (
     DbHealth,
     DepthPoint,
@@ -38,6 +39,20 @@ from .app import Conveyor
 from .composition import Batch, Dependency, WorkflowEdge, WorkflowInfo, WorkflowRun
 from .control import QueueInfo, ScheduleInfo
 from .maintenance import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
+
+if TYPE_CHECKING:
+    from .._runtime.inprocess import DrainResult, Outcome
+
+
+def __getattr__(name: str) -> object:
+    """A drain's records on first use (PEP 562): ``import conveyor`` and an app that
+    only enqueues never load the in-process runner and the executor behind it."""
+    if name in ("DrainResult", "Outcome"):
+        from .._runtime import inprocess
+
+        return getattr(inprocess, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "Batch", "Conveyor", "DbHealth", "Dependency",

@@ -4,7 +4,7 @@ One chain of classes, one file each, each with real methods: ``AppBase`` (base.p
 definitions, storage, the sync bridge) <- ``ResultsApp`` (results.py: waiting for jobs)
 <- ``JobsApp`` (jobs.py: enqueue, jobs, workers) <- ``CompositionApp`` (composition.py:
 workflows, batches, dependencies) <- ``ControlApp`` (control.py: schedules, queues,
-cluster) <- ``MaintenanceApp`` (maintenance.py: discard, delete, purge, bulk actions,
+cluster) <- ``MaintenanceApp`` (maintenance.py: every operator action,
 prune and rescue now) <- ``TestingApp`` (testing.py: inline mode and drain) <-
 ``Conveyor`` (app.py: the sync twins, one line each). A chain and not parts held by
 the app: the public API is one flat object (``app.get_job``), so parts would each need

@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from .. import _payload, _payload_crypt
 from .._config import UnsetQueues, WorkerConfig
 from .._cron import Misfire, Schedule
-from .._errors import InvalidStateError, JobNotFoundError
-from .._job import MAX_ID, RETRYABLE_FROM, Job, JobState
+from .._errors import JobNotFoundError
+from .._job import MAX_ID, Job, JobState
 from .._limits import KeyFunc, RateLimit, Unique
 from .._storage import (
     JobInsert,
@@ -191,27 +191,6 @@ class JobsApp(ResultsApp):
         )
         return self._bound(await (await self.storage()).job_list(params))
 
-    async def retry_job_async(self, job_id: int, *, source: str = "api") -> Job:
-        """Put a finished or waiting job back in its queue now, with one more attempt.
-
-        ``source`` names who asked in the state-change event (``"api"``; the CLI says
-        ``"cli"``, the dashboard ``"dashboard"``). No such job: ``JobNotFoundError``; a
-        job in a state that cannot be retried: ``InvalidStateError`` (its ``job``)."""
-        storage = await self.storage_for(source)
-        job = await storage.job_retry(_check_id(job_id))
-        if job is None:
-            await refuse(storage, job_id, "retried", RETRYABLE_FROM)
-        return self._bound([job])[0]
-
-    async def cancel_job_async(self, job_id: int, *, source: str = "api") -> Job:
-        """Cancel a queued job at once; a running job is stopped by its worker. Errors
-        and ``source`` as for ``retry_job_async``."""
-        storage = await self.storage_for(source)
-        job = await storage.job_cancel(_check_id(job_id))
-        if job is None:
-            await refuse(storage, job_id, "cancelled", CANCELLABLE_FROM)
-        return self._bound([job])[0]
-
     async def count_jobs_async(self, *, queue: str | None = None) -> dict[str, int]:
         """Jobs per state, every state present (zero when none)."""
         storage = await self.storage()
@@ -378,28 +357,6 @@ class JobsApp(ResultsApp):
             return task
 
         return register
-
-
-#: A cancel applies to every job not finished yet (a running one is stopped by its worker).
-CANCELLABLE_FROM = tuple(s for s in JobState if not s.is_final)
-
-
-async def refuse(storage: Storage, job_id: int, verb: str,
-                 allowed: Sequence[JobState]) -> NoReturn:
-    """Why an action changed nothing, the same for every action and every interface:
-    no such job (``JobNotFoundError``), or its state (``InvalidStateError`` carrying
-    the job as it is now)."""
-    job = await storage.job_get(job_id)
-    if job is None:
-        raise JobNotFoundError(f"no job with id {job_id}")
-    if job.state is JobState.RUNNING and JobState.RUNNING not in allowed:
-        hint = "cancel it first (its worker stops it)"
-        if verb == "deleted":
-            hint += ", or delete it with force"
-        raise InvalidStateError(f"job {job_id} is running and cannot be {verb}: {hint}", job)
-    if job.state not in allowed:
-        raise InvalidStateError(f"job {job_id} is {job.state.value} and cannot be {verb}", job)
-    raise InvalidStateError(f"job {job_id} changed while being {verb}; try again", job)
 
 
 def _check_id(job_id: object) -> int:

@@ -1,5 +1,8 @@
-"""One-off maintenance: discard or delete one job, purge many, and run retention or
-the rescue of expired leases now instead of waiting for a worker's service.
+"""Every operator action, written once (retry, cancel, discard, delete, purge, bulk
+retry and discard, cancel workflow), and retention or the rescue of expired leases run
+now instead of waiting for a worker's service. Each action takes ``source`` (who
+asked: "api", "cli", "dashboard", ...) and refuses the same way for every interface
+(``refuse``).
 
 Every change goes through the app's storage view (``ObservedStorage``), so discards,
 rescues and deletions reach ``on_state_change`` listeners like any other transition
@@ -16,6 +19,7 @@ import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
+from typing import NoReturn
 
 from .. import _payload
 from .._config import WorkerConfig
@@ -28,9 +32,10 @@ from .._storage import (
     JobPruneParams,
     JobPurgeParams,
     JobRescueExpiredParams,
+    Storage,
 )
 from .control import ControlApp
-from .jobs import _check_id, refuse
+from .jobs import _check_id
 
 #: What a purge deletes when no state is named: finished jobs only. Waiting jobs are
 #: work not done yet, and are deleted only when their state is named.
@@ -65,9 +70,30 @@ OnProgress = Callable[[int, int], None]
 
 
 class MaintenanceApp(ControlApp):
-    """Discard, delete, purge, prune now, rescue now; see ``Conveyor``."""
+    """Operator actions, prune now, rescue now; see ``Conveyor``."""
 
     # -- one job --------------------------------------------------------------------------
+
+    async def retry_job_async(self, job_id: int, *, source: str = "api") -> Job:
+        """Put a finished or waiting job back in its queue now, with one more attempt.
+
+        ``source`` names who asked in the state-change event (``"api"``; the CLI says
+        ``"cli"``, the dashboard ``"dashboard"``). No such job: ``JobNotFoundError``; a
+        job in a state that cannot be retried: ``InvalidStateError`` (its ``job``)."""
+        storage = await self.storage_for(source)
+        job = await storage.job_retry(_check_id(job_id))
+        if job is None:
+            await refuse(storage, job_id, "retried", RETRYABLE_FROM)
+        return self._bound([job])[0]
+
+    async def cancel_job_async(self, job_id: int, *, source: str = "api") -> Job:
+        """Cancel a queued job at once; a running job is stopped by its worker. Errors
+        and ``source`` as for ``retry_job_async``."""
+        storage = await self.storage_for(source)
+        job = await storage.job_cancel(_check_id(job_id))
+        if job is None:
+            await refuse(storage, job_id, "cancelled", CANCELLABLE_FROM)
+        return self._bound([job])[0]
 
     async def discard_job_async(self, job_id: int, *, reason: str | None = None,
                                 source: str = "api") -> Job:
@@ -271,6 +297,28 @@ def _purge_states(states: Sequence[JobState | str] | JobState | str | None
         if value not in found:
             found.append(value)
     return tuple(found)
+
+
+#: A cancel applies to every job not finished yet (a running one is stopped by its worker).
+CANCELLABLE_FROM = tuple(s for s in JobState if not s.is_final)
+
+
+async def refuse(storage: Storage, job_id: int, verb: str,
+                 allowed: Sequence[JobState]) -> NoReturn:
+    """Why an action changed nothing, the same for every action and every interface:
+    no such job (``JobNotFoundError``), or its state (``InvalidStateError`` carrying
+    the job as it is now)."""
+    job = await storage.job_get(job_id)
+    if job is None:
+        raise JobNotFoundError(f"no job with id {job_id}")
+    if job.state is JobState.RUNNING and JobState.RUNNING not in allowed:
+        hint = "cancel it first (its worker stops it)"
+        if verb == "deleted":
+            hint += ", or delete it with force"
+        raise InvalidStateError(f"job {job_id} is running and cannot be {verb}: {hint}", job)
+    if job.state not in allowed:
+        raise InvalidStateError(f"job {job_id} is {job.state.value} and cannot be {verb}", job)
+    raise InvalidStateError(f"job {job_id} changed while being {verb}; try again", job)
 
 
 def bulk_states(action: str, named: tuple[JobState, ...]) -> tuple[JobState, ...]:

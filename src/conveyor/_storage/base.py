@@ -226,9 +226,11 @@ class BaseStorage(ToolkitStorage):
         picked = [int(r["id"]) for r in await self._read("job_queue_pick", values)]
         if not picked:
             return JobPurgeBatch([], None)
-        ids = self._ids(picked)
-        rows = await self._write("job_queue_delete_ids", {**ids, "queue": params.queue})
-        rows += await self._write("job_history_delete", ids)
+        rows = await self._write("job_queue_delete_ids",
+                                 {**self._ids(picked), "queue": params.queue})
+        hot = {int(r["id"]) for r in rows}
+        if left := [i for i in picked if i not in hot]:  # in history (or just moved there)
+            rows += await self._write("job_history_delete", self._ids(left))
         deleted = changed_jobs(rows, {int(r["id"]) for r in rows})
         return JobPurgeBatch(deleted, picked[-1] if len(picked) == params.limit else None)
 

@@ -517,3 +517,24 @@ async def _wait(condition: Callable[[], bool], timeout: float) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not reached within {timeout}s")
         await asyncio.sleep(0.01)
+
+
+def test_a_pooler_error_on_any_path_switches_modes_once() -> None:
+    """The sync enqueue's own connections meet the pooler through ``Errors.translate``
+    too: its first prepared-statement error switches the storage (``on_pooler``)."""
+    from conveyor._storage.postgres.connection import Errors
+
+    found: list[str] = []
+    errors = Errors("postgresql://u:secret@db:6432/app", on_pooler=lambda: found.append("x"))
+    for error in (psycopg.errors.InvalidSqlStatementName('prepared statement "_pg3_1" '
+                                                         'does not exist'),
+                  psycopg.errors.ProtocolViolation('bind message supplies 5 parameters, but '
+                                                   'prepared statement "_pg3_15" requires 1')):
+        with (pytest.raises(DatabaseUnavailableError, match=re.escape(f"?{POOLER}")) as caught,
+              errors.translate()):
+            raise error
+        assert "secret" not in str(caught.value)
+    assert found == ["x", "x"]  # the storage's switch itself is idempotent
+    errors.pooled = True
+    with pytest.raises(psycopg.errors.InvalidSqlStatementName), errors.translate():
+        raise psycopg.errors.InvalidSqlStatementName("gone")

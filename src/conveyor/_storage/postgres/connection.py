@@ -16,7 +16,7 @@ import dataclasses
 import os
 import secrets
 import select
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -189,9 +189,13 @@ def pooler_detected_message(where: str, poll_interval: float) -> str:
 class Errors:
     """Turns driver errors into what operators read, never showing the password."""
 
-    def __init__(self, url: str, pooled: bool = False) -> None:
+    def __init__(self, url: str, pooled: bool = False,
+                 on_pooler: Callable[[], None] | None = None) -> None:
         self.redacted = _redact(url)
         self.pooled = pooled
+        #: Called at the first prepared-statement error of a transaction pooler the URL
+        #: does not name, whichever path met it (pool, sync enqueue): switch modes.
+        self.on_pooler = on_pooler
 
     def where(self) -> str:
         return self.redacted[0] if self.redacted else "the database"
@@ -223,14 +227,20 @@ class Errors:
                     f"the database disk is full ({self.where()}): nothing was written"
                 ) from exc
             if is_pooler_error(exc) and not self.pooled:
-                raise self.behind_pooler(exc) from exc
+                raise self._pooler_found(exc) from exc
             if state is None or state.startswith("08") or state in _GONE_SQLSTATES:
                 raise self.unavailable(exc) from exc
             raise
         except psycopg.DatabaseError as exc:
             if is_pooler_error(exc) and not self.pooled:
-                raise self.behind_pooler(exc) from exc
+                raise self._pooler_found(exc) from exc
             raise
+
+    def _pooler_found(self, exc: BaseException) -> DatabaseUnavailableError:
+        error = self.behind_pooler(exc)
+        if self.on_pooler is not None:
+            self.on_pooler()
+        return error
 
     def behind_pooler(self, exc: BaseException) -> DatabaseUnavailableError:
         """Prepared statements that collide or vanish: a transaction pooler (PgBouncer)

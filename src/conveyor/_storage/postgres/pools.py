@@ -89,7 +89,7 @@ class PostgresPools(CompositionStorage):
             raise ValueError("need 0 <= min_size <= max_size and max_size >= 1")
         super().__init__(hub, poll_interval=config.poll_interval)
         self._config = config
-        self._errors = Errors(config.url, config.pooled)
+        self._errors = Errors(config.url, config.pooled, self._use_pooler_mode)
         self._pool: AsyncConnectionPool[Conn] | None = None
         #: Per pool, the sum of its ``_FAILURE_STATS`` when it last handed one out.
         self._failed_seen: dict[str, int] = {}
@@ -143,21 +143,16 @@ class PostgresPools(CompositionStorage):
         # Since the pool last handed out a connection, one broke or an attempt to
         # connect failed, and none is idle: the server is likely gone, answer soon.
         down = failed > self._failed_seen.get(pool.name, 0) and not stats["pool_available"]
-        try:
-            with self._errors.translate():
-                for first in (True, False):
-                    async with pool.connection(_DOWN_WAIT if down else None) as conn:
-                        self._failed_seen[pool.name] = failed
-                        if first and not await self._usable(pool, conn):
-                            continue  # a stale one: the pool now holds fresh ones
-                        if self._config.pooled:
-                            conn.prepare_threshold = None
-                        yield conn
-                        return
-        except DatabaseUnavailableError as exc:
-            if is_pooler_error(exc):
-                self._use_pooler_mode()
-            raise
+        with self._errors.translate():  # a pooler's errors switch modes (on_pooler)
+            for first in (True, False):
+                async with pool.connection(_DOWN_WAIT if down else None) as conn:
+                    self._failed_seen[pool.name] = failed
+                    if first and not await self._usable(pool, conn):
+                        continue  # a stale one: the pool now holds fresh ones
+                    if self._config.pooled:
+                        conn.prepare_threshold = None
+                    yield conn
+                    return
 
     @staticmethod
     async def _usable(pool: AsyncConnectionPool[Conn], conn: Conn) -> bool:

@@ -130,6 +130,9 @@ def _throttle_holds_its_queue(app: Conveyor, scope: str) -> None:
         assert [o.id for o in result.completed] == [other.id], result
         assert await _state(app, second) is JobState.AVAILABLE  # held, as on a worker
         assert len(await app.drain_async(queues=["drained"])) == 0  # still held
+        async with app.inline():  # inline mode respects the hold too
+            inline = await throttled.options(queue="drained").enqueue_async(2)
+        assert inline.state is JobState.AVAILABLE
 
         # A worker: the same jobs on another queue, one slot, a marker on a second queue.
         w_first = await throttled.options(queue="worked").enqueue_async(0)

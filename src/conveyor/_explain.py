@@ -90,7 +90,7 @@ async def _limits(task: Task[Any, Any] | None, job: Job, queue: QueueRow | None,
     limits: list[tuple[str, RateLimit]] = []
     if task is not None and task.defaults.rate_limit is not None:
         limit = task.defaults.rate_limit
-        limits.append((limit.key_for(f"task:{job.task}", job.args, job.kwargs), limit))
+        limits.append((limit.key_for(f"task:{job.task}", *task.key_arguments(job.args, job.kwargs)), limit))
     if queue is not None and queue.rate_limit:
         limits.append((f"queue:{job.queue}", RateLimit(queue.rate_limit)))
     for key, limit in limits:

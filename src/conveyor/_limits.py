@@ -35,9 +35,10 @@ class RateLimit:
     With the default burst of 1 starts are spaced evenly, so no window of the period
     ever holds more than the count; ``burst=b`` lets b start back to back.
 
-    ``key`` is called with the job's arguments as they were given (``key(*args,
-    **kwargs)``): give it the task's parameters, or take the first and absorb the rest.
-    One that cannot take every call of its task is refused when the task is defined.
+    ``key`` is called with the job's arguments bound to the task's parameters: each
+    one by position (defaults filled in), keyword-only ones by name, however the caller
+    passed them. Give it the task's parameters, or take the first and absorb the rest;
+    one that cannot take that call is refused when the task is defined.
 
     Example: ``@app.task(rate_limit=RateLimit("10/s", key=lambda to, *_, **__: to.split("@")[1]))``
     """
@@ -111,12 +112,26 @@ class Unique:
 # -- key functions against their task's signature ---------------------------------------
 
 
+def key_arguments(signature: inspect.Signature, args: Sequence[Any],
+                  kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """A job's arguments as its key functions are called with them: bound to the task's
+    signature, every parameter that can be positional by position, defaults filled in,
+    so ``key=lambda user, *_: user`` sees the same call whether the caller wrote
+    ``enqueue("ada", 5)`` or ``enqueue(user="ada", seconds=5)``. Arguments that do not
+    bind (an encrypted task's sealed marker) are passed as they are."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return tuple(args), dict(kwargs)
+    bound.apply_defaults()
+    return bound.args, bound.kwargs
+
+
 def check_key_function(what: str, key: object, task: str, signature: inspect.Signature) -> None:
     """Refuse, when the task is defined, a key function (``RateLimit(key=)``,
-    ``Unique(key=)``, ``concurrency_key=``) that cannot take every call of its task: it
-    is called as ``key(*args, **kwargs)`` with a job's arguments as given, and one that
-    fails there would only be found job by job (a rate limit then fell back to the
-    task-wide key with a log line)."""
+    ``Unique(key=)``, ``concurrency_key=``) that cannot take the call ``key_arguments``
+    makes: one that fails there would only be found job by job (a rate limit then fell
+    back to the task-wide key with a log line)."""
     if key is None or isinstance(key, str):
         return
     if not callable(key):
@@ -125,37 +140,27 @@ def check_key_function(what: str, key: object, task: str, signature: inspect.Sig
         accepts = inspect.signature(key)
     except (TypeError, ValueError):  # a builtin that does not describe itself
         return
-    for args, kwargs in _calls(signature):
-        try:
-            accepts.bind(*args, **kwargs)
-        except TypeError as exc:
-            call = ", ".join([*args, *(f"{k}=..." for k in kwargs)])
-            raise TypeError(
-                f"{what} {accepts} cannot take every call of task {task!r}{signature}: "
-                f"key({call}) fails ({exc}). Give it the task's parameters, or take the "
-                "first and absorb the rest, e.g. key=lambda to, *_, **__: to"
-            ) from None
+    args, kwargs = _call(signature)
+    try:
+        accepts.bind(*args, **kwargs)
+    except TypeError as exc:
+        call = ", ".join([*args, *(f"{k}=..." for k in kwargs)])
+        raise TypeError(
+            f"{what} {accepts} cannot take the call of task {task!r}{signature}: "
+            f"key({call}) fails ({exc}). Give it the task's parameters, or take the "
+            "first and absorb the rest, e.g. key=lambda to, *_, **__: to"
+        ) from None
 
 
-def _calls(signature: inspect.Signature) -> list[tuple[list[str], dict[str, str]]]:
-    """The shapes a call of a function with ``signature`` can take, for ``bind``: the
-    required arguments alone, every argument by position, and every argument by name
-    (the values are the parameters' names)."""
+def _call(signature: inspect.Signature) -> tuple[list[str], dict[str, str]]:
+    """The shape of ``key_arguments``' call for a function with ``signature``, for
+    ``bind``: every positional parameter (and one more for ``*args``), every keyword-only
+    one by name (and one more for ``**kwargs``); the values are the parameters' names."""
     P = inspect.Parameter
     params = list(signature.parameters.values())
-    positional = [p.name for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
-    only_positional = [p.name for p in params if p.kind is P.POSITIONAL_ONLY]
-    required = [p.name for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
-                and p.default is P.empty]
-    keyword = [p.name for p in params if p.kind is P.KEYWORD_ONLY]
-    required_keyword = {p.name: p.name for p in params
-                        if p.kind is P.KEYWORD_ONLY and p.default is P.empty}
-    extra_args = ["*args"] if any(p.kind is P.VAR_POSITIONAL for p in params) else []
-    extra_kwargs = ({"more_kwargs": "**kwargs"} if any(p.kind is P.VAR_KEYWORD for p in params)
-                    else {})
-    by_name = {n: n for n in positional if n not in only_positional}
-    return [
-        (required, dict(required_keyword)),
-        (positional + extra_args, {**{n: n for n in keyword}, **extra_kwargs}),
-        (only_positional, {**by_name, **{n: n for n in keyword}}),
-    ]
+    args = [p.name for p in params if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)]
+    args += ["*args"] if any(p.kind is P.VAR_POSITIONAL for p in params) else []
+    kwargs = {p.name: p.name for p in params if p.kind is P.KEYWORD_ONLY}
+    if any(p.kind is P.VAR_KEYWORD for p in params):
+        kwargs["more_kwargs"] = "**kwargs"
+    return args, kwargs

@@ -12,7 +12,7 @@ from . import _payload, _payload_crypt
 from ._dependencies import FailurePolicy, check_policy, dependency_ids
 from ._errors import PayloadTooLargeError
 from ._job import Job
-from ._limits import KeyFunc, RateLimit, Unique, check_key_function
+from ._limits import KeyFunc, RateLimit, Unique, check_key_function, key_arguments
 from ._payload_hints import CallPlan
 from ._payload_types import DEFAULT_CODEC, TypeCodec
 from ._storage import JobInsert, fast_constructor, insert_with_arguments, make_insert
@@ -116,8 +116,9 @@ class JobSpec:
                 raise TypeError("unique_key must be a string")
             if defaults.encrypt:  # a plain hash of secret arguments could be guessed
                 plain_args = _payload_crypt.unique_digest(*plain_args), ""
-            unique_key = unique.full_key(name, opts.unique_key, self.args, self.kwargs, *plain_args,
-                                         now)
+            unique_key = unique.full_key(name, opts.unique_key,
+                                         *self.task.key_arguments(self.args, self.kwargs),
+                                         *plain_args, now)
             unique_states = unique.states_text
         # The task's own defaults were checked when it was registered (this runs per job).
         return make_insert(
@@ -161,7 +162,8 @@ class JobSpec:
             return None
         if defaults.concurrency_key is None:
             return defaults.name
-        return f"{defaults.name}:{defaults.concurrency_key(*self.args, **self.kwargs)}"
+        args, kwargs = self.task.key_arguments(self.args, self.kwargs)
+        return f"{defaults.name}:{defaults.concurrency_key(*args, **kwargs)}"
 
 
 #: ``JobSpec(...)`` at a fraction of the frozen dataclass's cost (one per ``task.job``).
@@ -289,6 +291,11 @@ class Task(_Enqueuer[P], Generic[P, R]):
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.defaults.queue}>"
+
+    def key_arguments(self, args: Sequence[Any],
+                      kwargs: Mapping[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """A job's arguments as this task's key functions take them (``key_arguments``)."""
+        return key_arguments(self.signature, args, dict(kwargs))
 
     def accepts(self, parameter: str) -> bool:
         return parameter in self.signature.parameters

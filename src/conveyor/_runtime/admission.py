@@ -74,7 +74,8 @@ class Admission:
         if task is not None and task.defaults.rate_limit is not None:
             limit = task.defaults.rate_limit
             try:
-                keys.append((limit.key_for(f"task:{job.task}", job.args, job.kwargs), limit))
+                args, kwargs = task.key_arguments(job.args, job.kwargs)
+                keys.append((limit.key_for(f"task:{job.task}", args, kwargs), limit))
             except Exception as exc:  # a key function that fails on these args
                 log.warning("rate limit key of job %d failed (%s); using the task's key", job.id, exc)
                 keys.append((f"task:{job.task}", limit))

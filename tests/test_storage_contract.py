@@ -329,3 +329,25 @@ def test_wake_subscribers_hear_about_new_jobs(app: Conveyor) -> None:
             unsubscribe()
 
     run(app, body)
+
+
+def test_the_protocol_has_one_calling_convention() -> None:
+    """protocol.py's rule: a method takes one value as a plain argument (optional values
+    and flags by keyword), or one ``*Params`` object holding several; no ``*Params``
+    class carries a single field."""
+    import conveyor._storage as face
+
+    for name, method in vars(Storage).items():
+        if name.startswith("_") or not inspect.isfunction(method):
+            continue
+        params = [p for p in inspect.signature(method).parameters.values()
+                  if p.name not in ("self", "connection")]
+        positional = [p for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+        assert len(positional) <= 1, f"{name} takes several positional values"
+        assert all(p.default is p.empty for p in positional), f"{name}: optional by keyword"
+        if positional and "Params" in str(positional[0].annotation):
+            assert all(p.kind is not p.KEYWORD_ONLY for p in params), name
+    single = [name for name in face.__all__ if name.endswith("Params")
+              and dataclasses.is_dataclass(cls := getattr(face, name))
+              and len(dataclasses.fields(cls)) < 2]
+    assert not single, f"single-field params classes (take the value plainly): {single}"

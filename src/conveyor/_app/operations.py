@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .._job import Job, JobState
 from .._storage import (
+    BatchJobsParams,
     DbHealth,
     DepthPoint,
     FailureGroup,
@@ -200,7 +201,8 @@ class Operations:
 
     async def batch_jobs(self, batch_id: int, after_id: int, limit: int) -> list[Job]:
         """A page of the batch's members in id order (keyset: ids after ``after_id``)."""
-        return await (await self.app.storage()).batch_jobs(batch_id, after_id, limit)
+        storage = await self.app.storage()
+        return await storage.batch_jobs(BatchJobsParams(batch_id, after_id, limit))
 
     async def callback_batch(self, job_id: int) -> int | None:
         """The batch whose callback this job is, if it is one."""

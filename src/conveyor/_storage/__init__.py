@@ -79,6 +79,7 @@ from .workflow import ComposeParams
 from .workflow_types import (
     BatchAddParams,
     BatchCreateParams,
+    BatchJobsParams,
     BatchRow,
     Composed,
     DependencyRow,
@@ -140,6 +141,7 @@ __all__ = [
     "BaseStorage",
     "BatchAddParams",
     "BatchCreateParams",
+    "BatchJobsParams",
     "BatchRow",
     "Capabilities",
     "ComposeParams",

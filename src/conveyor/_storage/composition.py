@@ -18,7 +18,7 @@ from .base import Row
 from .cluster import ClusterStorage
 from .rows import loads, ts
 from .workflow import ComposeParams
-from .workflow_types import BatchRow, Composed, DependencyRow, EdgeRow
+from .workflow_types import BatchJobsParams, BatchRow, Composed, DependencyRow, EdgeRow
 
 
 class CompositionStorage(ClusterStorage):
@@ -76,9 +76,9 @@ class CompositionStorage(ClusterStorage):
     async def workflow_jobs(self, workflow_id: str) -> list[Job]:
         return self._jobs(await self._read("workflow_jobs", {"workflow_id": workflow_id}))
 
-    async def batch_jobs(self, batch_id: int, after_id: int, limit: int) -> list[Job]:
+    async def batch_jobs(self, params: BatchJobsParams) -> list[Job]:
         return self._jobs(await self._read("batch_jobs", {
-            "batch_id": batch_id, "after_id": after_id, "limit": limit}))
+            "batch_id": params.batch_id, "after_id": params.after_id, "limit": params.limit}))
 
     async def workflow_edges(self, workflow_id: str) -> list[EdgeRow]:
         rows = await self._read("workflow_edges", {"workflow_id": workflow_id})

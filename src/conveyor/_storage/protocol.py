@@ -69,7 +69,7 @@ from .metric_types import (
 from .schema import DbHealth, Migration, TableDeadRows
 from .wake import WakeCallback
 from .workflow import ComposeParams
-from .workflow_types import BatchRow, Composed, DependencyRow, EdgeRow
+from .workflow_types import BatchJobsParams, BatchRow, Composed, DependencyRow, EdgeRow
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -311,7 +311,7 @@ class Storage(Protocol):
 
     async def workflow_jobs(self, workflow_id: str) -> list[Job]: ...
 
-    async def batch_jobs(self, batch_id: int, after_id: int, limit: int) -> list[Job]:
+    async def batch_jobs(self, params: BatchJobsParams) -> list[Job]:
         """A page of a batch's members in id order, after ``after_id`` (the dashboard)."""
 
     async def workflow_edges(self, workflow_id: str) -> list[EdgeRow]: ...

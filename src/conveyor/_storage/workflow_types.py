@@ -53,6 +53,15 @@ class BatchAddParams:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class BatchJobsParams:
+    """A page of a batch's members in id order: up to ``limit`` after ``after_id``."""
+
+    batch_id: int
+    after_id: int = 0
+    limit: int = 100
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class BatchRow:
     id: int
     open: bool

@@ -4,8 +4,9 @@ Its reads are the primitives (one query each); what a page or ``conveyor status`
 shows is composed from them once, in ``conveyor._app.reads``. ``Operations(app)``
 calls the app's public methods and ``await app.storage()``; it never reaches for the
 app's private state, so the dashboard and the CLI see exactly what the app sees. Its
-writes go through the app's storage view for ``source``, so the storage choke point
-(``_observed.py``) announces each state change as the operator's.
+actions are one line each into the app's (``MaintenanceApp``, written once for every
+interface) with its ``source``, so each state-change event names who asked and a
+refusal raises as it does for the Python API.
 """
 
 from __future__ import annotations

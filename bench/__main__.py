@@ -27,7 +27,7 @@ from . import _docs, _env, _report, w_burndown, w_enqueue, w_latency, w_steady, 
 from ._targets import Target
 from .apps import register
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+DEFAULT_OUT = _env.DEFAULT_OUT
 README = DEFAULT_OUT.parent.parent / "README.md"
 Run = Callable[[Target], dict[str, Any]]
 

@@ -164,7 +164,7 @@ def scaling_workers(results: Path) -> str:
 
 
 def scaling_model(results: Path) -> str:
-    from . import model  # it imports bench.__main__, which imports this module
+    from . import model  # only this block needs the capacity model
 
     costs = model.Costs.load(results)
     rows = [model.scenario(costs, rate, 24 * 3600.0) for rate in (1_000.0, 10_000.0, 100_000.0)]

@@ -8,6 +8,7 @@ import sqlite3
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -16,6 +17,9 @@ from tests import _evidence
 import conveyor
 from conveyor._storage.sqlite import SQLiteConfig
 from conveyor._storage.sqlite.connection import connect
+
+#: Where every tool of the suite writes its result files.
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 #: Pragmas Conveyor's SQLite connection runs with, as read back from a live one.
 SQLITE_PRAGMAS = ("journal_mode", "synchronous", "busy_timeout", "foreign_keys",

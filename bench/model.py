@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .__main__ import DEFAULT_OUT
+from ._env import DEFAULT_OUT
 
 GB = 1e9
 

@@ -74,6 +74,9 @@ class Hooks:
         self.middleware: list[Middleware] = []
         self.listeners: list[StateListener] = []
         self.enqueue_hooks: list[EnqueueHook] = []
+        #: Integrations installed on this app (``"sentry"``, ``"otel"``): installing
+        #: one twice would report or trace every attempt twice.
+        self.integrations: set[str] = set()
 
     def add_middleware(self, middleware: Middleware) -> Middleware:
         """The first added is the outermost."""

@@ -39,7 +39,7 @@ def instrument(app: Conveyor, tracer_provider: Any = None) -> None:
     except ImportError:
         raise ImportError(
             "conveyor.otel needs opentelemetry-api: pip install 'conveyor[otel]'") from None
-    if getattr(app.hooks, "_otel", False):
+    if "otel" in app.hooks.integrations:
         return
     tracer = trace.get_tracer("conveyor", __version__, tracer_provider=tracer_provider)
 
@@ -76,7 +76,7 @@ def instrument(app: Conveyor, tracer_provider: Any = None) -> None:
 
     app.hooks.add_enqueue_hook(inject)
     app.add_middleware(middleware)
-    app.hooks._otel = True  # type: ignore[attr-defined]
+    app.hooks.integrations.add("otel")
 
 
 __all__ = ["META_KEY", "instrument"]

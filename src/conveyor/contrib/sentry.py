@@ -80,12 +80,12 @@ def install(app: Conveyor, *, failures: Failures = "final", monitor_schedules: b
     """
     if failures not in ("final", "attempt"):
         raise ValueError(f"failures must be 'final' or 'attempt', got {failures!r}")
-    if getattr(app.hooks, "_sentry", False):
+    if "sentry" in app.hooks.integrations:
         return
     reporter = _Reporter(app, failures, monitor_schedules, include_args, redact,
                          dict(monitor_config or {}))
     app.add_middleware(reporter.middleware)
-    app.hooks._sentry = True  # type: ignore[attr-defined]
+    app.hooks.integrations.add("sentry")
 
 
 class _Reporter:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from .._errors import DatabaseUnavailableError, InvalidStateError, JobNotFoundError, SchemaError
+from .._job import MAX_ID
 
 if TYPE_CHECKING:
     from .._app import Conveyor
@@ -31,9 +32,8 @@ EXIT_INTERRUPTED = 130
 
 #: The largest id (and count) a database column holds: a bigger integer is a usage
 #: error, not an OverflowError from the driver.
-MAX_INT64 = 2**63 - 1
 #: A job id on the command line.
-JOB_ID = click.IntRange(1, MAX_INT64)
+JOB_ID = click.IntRange(1, MAX_ID)
 
 #: The documented exit codes of every ``conveyor`` command.
 EXIT_CODES: dict[int, str] = {

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from urllib.parse import urlencode
 
 from .._app import JobFilter
-from .._job import FAILED_STATES, JobState
+from .._job import FAILED_STATES, MAX_ID, JobState
 
 #: ``state=failed`` in a URL: retryable and discarded together.
 STATE_CHOICES = [s.value for s in JobState] + ["failed"]
@@ -73,14 +73,13 @@ class JobQuery:
 
 
 #: The largest id or count a database column holds (a signed 64-bit integer).
-MAX_INT = 2**63 - 1
 
 
 def positive_int(value: str | None, default: int | None = None) -> int | None:
-    """A whole number from 1 to ``MAX_INT``, else ``default`` (never an OverflowError:
+    """A whole number from 1 to ``MAX_ID``, else ``default`` (never an OverflowError:
     ``99999999999999999999`` is as invalid as ``abc``)."""
     text = (value or "").strip()
     if not text.isascii() or not text.isdigit() or len(text) > 19:
         return default
     number = int(text)
-    return number if 0 < number <= MAX_INT else default
+    return number if 0 < number <= MAX_ID else default

@@ -39,6 +39,7 @@ from django.utils.crypto import get_random_string
 from django.utils.json import normalize_json
 
 from conveyor import Conveyor, ConveyorConfig, Job, JobSpec, Task
+from conveyor._job import MAX_ID
 from conveyor._payload import check_queue_name, check_run_at, check_task_name
 
 from ._results import to_result
@@ -227,7 +228,7 @@ class ConveyorBackend(BaseTaskBackend):
                     f"{text}: its transaction has not committed (or rolled back), or it "
                     "was enqueued by another process")
             return found
-        if not text.isascii() or not text.isdigit() or not 0 < int(text) < 2**63:
+        if not text.isascii() or not text.isdigit() or not 0 < int(text) <= MAX_ID:
             raise TaskResultDoesNotExist(text)
         return int(text)
 

@@ -40,7 +40,14 @@ class SkewedDatetime(_dt.datetime):
 
 
 def install() -> None:
-    import conveyor._runtime  # noqa: F401  (load the runtime now, so its modules get patched)
+    import importlib
+    import pkgutil
+
+    import conveyor._runtime
+
+    # Load every runtime module now (the package loads them lazily), so each gets patched.
+    for info in pkgutil.iter_modules(conveyor._runtime.__path__, "conveyor._runtime."):
+        importlib.import_module(info.name)
 
     time.time = _time
     time.time_ns = _time_ns

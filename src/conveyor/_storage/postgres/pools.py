@@ -60,6 +60,10 @@ _RESERVED = frozenset({"job_ack", "job_ack_completed", "job_heartbeat", "node_up
 #: (``_conn``), instead of the pool's 30: callers (a dashboard page, a worker's claim)
 #: hear "unavailable" at once and nothing waits on a server that refuses.
 _DOWN_WAIT = 0.5
+#: How long the statement after a stale connection waits for a fresh one: a restarted
+#: server answers in milliseconds; one that is still down is reported in seconds, not
+#: after the pool's 30 s.
+_RECONNECT_WAIT = 2.0
 #: The pool's counters of connections that failed to open, broke in use, or failed its check.
 _FAILURE_STATS = ("connections_errors", "returns_bad", "connections_lost")
 #: Never prepared: a generic plan for "x IS NULL OR col = x" cannot pick an index.
@@ -145,7 +149,8 @@ class PostgresPools(CompositionStorage):
         down = failed > self._failed_seen.get(pool.name, 0) and not stats["pool_available"]
         with self._errors.translate():  # a pooler's errors switch modes (on_pooler)
             for first in (True, False):
-                async with pool.connection(_DOWN_WAIT if down else None) as conn:
+                wait = (_DOWN_WAIT if down else None) if first else _RECONNECT_WAIT
+                async with pool.connection(wait) as conn:
                     self._failed_seen[pool.name] = failed
                     if first and not await self._usable(pool, conn):
                         continue  # a stale one: the pool now holds fresh ones

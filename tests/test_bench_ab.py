@@ -1,0 +1,120 @@
+"""``python -m bench.ab``: the pairing, the worktrees and the run process, without timing.
+
+Nothing here measures a speed: a fake case returns fixed figures, and the one real run
+(``import_conveyor``, a fraction of a second) is checked for running each side's own
+library, not for its value.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bench import ab
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _worktrees() -> set[str]:
+    out = subprocess.run(["git", "-C", str(ROOT), "worktree", "list", "--porcelain"],
+                         capture_output=True, text=True, check=True).stdout
+    return {line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")}
+
+
+@pytest.fixture
+def repo_with_history() -> None:
+    if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", "HEAD~1"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("needs a git checkout with at least two commits")
+
+
+def test_the_ratio_is_taken_pair_by_pair_so_drift_cancels() -> None:
+    """The machine slows down 3x over the runs; HEAD is 10% faster in every pair. The
+    sides' ranges overlap widely, the paired ratio does not move."""
+    comp = ab.Comparison("fake", base=[300.0, 200.0, 100.0], head=[330.0, 220.0, 110.0])
+    assert comp.ratios == pytest.approx([1.1, 1.1, 1.1])
+    assert comp.line("46e4f18", "HEAD") == "ab 46e4f18..HEAD fake: 1.10x (1.10-1.10, 3 pairs)"
+    noisy = ab.Comparison("fake", base=[100.0, 100.0], head=[90.0, 120.0])
+    assert noisy.line("a", "b") == "ab a..b fake: 1.05x (0.90-1.20, 2 pairs)"
+    assert ab.Comparison("fake", [], []).line("a", "b") == "ab a..b fake: no pair measured"
+    assert noisy.as_dict()["ratio_range"] == pytest.approx([0.9, 1.2])
+
+
+def test_runs_alternate_base_then_head_in_every_round() -> None:
+    order: list[tuple[str, str]] = []
+    base, head = ab.Side("BASE", "a" * 40, ROOT), ab.Side("HEAD", "b" * 40, ROOT)
+
+    def measure(side: ab.Side, case: str) -> float:
+        order.append((case, side.label))
+        return 2.0 if side.label == "HEAD" else 1.0
+
+    comps = ab.interleave(["x", "y"], base, head, 2, measure, log=lambda s: None)
+    assert order == [("x", "BASE"), ("x", "HEAD"), ("y", "BASE"), ("y", "HEAD")] * 2
+    assert [c.ratios for c in comps] == [[2.0, 2.0], [2.0, 2.0]]
+
+
+def test_each_side_runs_its_own_checkout_and_the_worktrees_are_removed(
+        repo_with_history: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """A fake case that asks a fresh interpreter, with the side's environment, where its
+    ``conveyor`` comes from: the side's temporary worktree of the right commit."""
+    before = _worktrees()
+    seen: dict[str, str] = {}
+
+    def measure(side: ab.Side, case: str) -> float:
+        where = subprocess.run(
+            [sys.executable, "-c", "import conveyor; print(conveyor.__file__)"],
+            env=side.env(), cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        assert Path(where).is_relative_to(side.src), (side, where)
+        head = subprocess.run(["git", "-C", str(side.tree), "rev-parse", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        assert head == side.commit
+        seen[side.label] = side.commit
+        assert side.tree.is_dir() and str(side.tree) not in before
+        return 100.0 if side.label == "BASE" else 150.0
+
+    assert ab.main(["HEAD~1", "import_conveyor", "--rounds", "2"], measure=measure) == 0
+    out = capsys.readouterr().out
+    base = ab.resolve(ROOT, "HEAD~1")
+    assert seen == {"BASE": base, "HEAD": ab.resolve(ROOT, "HEAD")}
+    assert f"ab {base[:7]}..HEAD import_conveyor: 1.50x (1.50-1.50, 2 pairs)" in out
+    assert _worktrees() == before
+    assert not list((ROOT / "bench" / "results").glob("ab*")), "wrote results unasked"
+
+
+def test_an_interrupt_removes_the_worktrees(repo_with_history: None) -> None:
+    before = _worktrees()
+    trees: list[Path] = []
+
+    def measure(side: ab.Side, case: str) -> float:
+        trees.append(side.tree)
+        raise KeyboardInterrupt
+
+    assert ab.main(["HEAD~1", "import_conveyor"], measure=measure) == 130
+    assert trees and not trees[0].exists()
+    assert _worktrees() == before
+
+
+def test_a_real_run_process_uses_the_side_library(repo_with_history: None,
+                                                 tmp_path: Path) -> None:
+    """The run process (``bench._ab_run``) on a checkout of HEAD~1: it refuses to run
+    when the library on the path is not the side's, and returns a value when it is."""
+    with ab.checkout(ROOT, "HEAD~1", "BASE") as side:
+        measure = ab.subprocess_measure("", tmp_path, 0, timeout=120)
+        assert measure(side, "import_conveyor") > 0
+        wrong = ab.Side("BASE", side.commit, tmp_path)  # no src/conveyor there
+        with pytest.raises(ab.CannotDrive, match="not from"):
+            measure(wrong, "import_conveyor")
+        tree = side.tree
+    assert not tree.exists()
+
+
+def test_bad_input_is_refused_before_any_checkout(capsys: pytest.CaptureFixture[str]) -> None:
+    before = _worktrees()
+    with pytest.raises(SystemExit):
+        ab.main(["HEAD", "no_such_case"])
+    assert "unknown case" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="rev-parse"):
+        ab.main(["no-such-revision-xyz", "import_conveyor"], measure=lambda s, c: 1.0)
+    assert _worktrees() == before

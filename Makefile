@@ -18,6 +18,12 @@
 #                  py-spy profiles, the capacity figures (bench/capacity.py, for docs/scaling.md):
 #                  bench/results/*.json, capacity.json, profiles/, then summary.md and the
 #                  README's performance table, every row stamped with its commit
+#   make bench-quick  the README's performance table in at most 10 minutes (bench/quick.py):
+#                  both backends at smaller sizes, medians of 3, the floors measured in the
+#                  same run; printed only (the README and bench/results keep `make bench`'s).
+#                  Before landing a hot-path change, `python -m bench.ab BASE [CASES]` runs
+#                  interleaved A/B rounds of two commits and prints the ratio for the commit
+#                  message (`python -m bench.ab --help` lists the cases)
 #   make chaos     the fault-injection suite in its long mode, soaks included (about 35 min); regenerates
 #                  docs/reliability.md from tests/chaos/results/*.json (each with its commit)
 #   make clean     delete .venv, caches and build output
@@ -52,7 +58,7 @@ DJANGO_PYTHON := $(shell for py in python3.13 python3.12 \
 	&& { command -v $$py; break; }; done)
 endif
 
-.PHONY: install .venv demo test lint bench chaos clean django-venv test-django print-django-python
+.PHONY: install .venv demo test lint bench bench-quick chaos clean django-venv test-django print-django-python
 
 install .venv: $(STAMP)
 
@@ -121,6 +127,9 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.profile
 	$(BIN)/python -m bench --summary-only
 	$(BIN)/python -m bench.read_replica
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m bench.quick
 
 chaos: $(STAMP)
 	rm -rf tests/chaos/results

@@ -118,3 +118,18 @@ def test_bad_input_is_refused_before_any_checkout(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit, match="rev-parse"):
         ab.main(["no-such-revision-xyz", "import_conveyor"], measure=lambda s, c: 1.0)
     assert _worktrees() == before
+
+
+def test_bench_quick_names_its_own_sizes_in_the_readme_table() -> None:
+    """``make bench-quick`` prints the README's table at smaller sizes: every row label
+    that names a full size is rewritten (a label changed in bench/_report.py fails here
+    instead of passing the quick figures off as the full sizes)."""
+    from bench import _report, quick
+
+    table = quick.relabel(_report.readme_table({}))
+    assert f"burn-down of {quick.SIZES['burndown']:,} pre-inserted" in table
+    assert f"steady state, {quick.SIZES['steady_s']} s" in table
+    assert f"{quick.SIZES['backlog']:,}-row backlog" in table
+    assert "100,000" not in table and "1,000,000" not in table and "5 min" not in table
+    floors = quick.floors_table({}, {})
+    assert floors.count("| - | - |") == 5

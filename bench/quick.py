@@ -1,0 +1,183 @@
+"""``python -m bench.quick`` (``make bench-quick``): the README's performance table in
+about ten minutes, with the floors measured in the same run.
+
+The README's cases on both backends at smaller sizes (``SIZES``), medians of 3, then the
+floors on the same databases (PostgreSQL: Conveyor's claim/ack statements in a raw
+psycopg loop, its COPY statements, insert-NOTIFY-claim, from ``bench/floor.py``; SQLite:
+the CPU per row of the insert, claim and ack statements, from ``bench/probes.py``),
+medians of 3, and each headline figure over its floor. It prints the table; it writes
+no file the repository publishes (the result files go to a temporary directory, or to
+``--out``), so the README and ``bench/results`` keep what ``make bench`` measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import _report, floor, probes, w_burndown, w_enqueue, w_latency, w_steady
+from .__main__ import Case, derive_memory, environment, postgres_url, run_backend
+from ._targets import Target
+
+#: Sizes that keep the whole run near ten minutes on a 2-core machine.
+SIZES = {"burndown": 20_000, "bulk": 50_000, "single": 2_000, "latency": 200,
+         "steady_s": 15, "backlog": 100_000, "floor_rows": 20_000}
+PEERS_NOTE = ("peers: not in this table: `python -m bench.peers` (pgqueuer and the others "
+              "of issue 29) is not built yet")
+
+
+def cases() -> list[Case]:
+    """The cases the README's table is made of, at ``SIZES``."""
+    n, bulk, single, lat = SIZES["burndown"], SIZES["bulk"], SIZES["single"], SIZES["latency"]
+    steady, backlog = SIZES["steady_s"], SIZES["backlog"]
+    out = [
+        Case("w1_bulk_b1000", lambda t: w_enqueue.bulk(t, bulk, 1000), {"jobs": bulk}),
+        Case("w1_bulk_b10000", lambda t: w_enqueue.bulk(t, bulk, 10_000), {"jobs": bulk}),
+        Case("w2_single_t1", lambda t: w_enqueue.single(t, single, 1), {"jobs": single}),
+    ]
+    for c in (10, 100, 1000):
+        out.append(Case(f"w3_burndown_c{c}", functools.partial(
+            w_burndown.burndown, total=n, concurrency=c), {"jobs": n, "concurrency": c}))
+    out += [
+        Case("w4_steady", lambda t: w_steady.steady(t, steady, 100, 5000, 1),
+             {"seconds": steady, "concurrency": 100, "ready": 5000, "window_s": 1}),
+        Case("w5_latency_in_process", lambda t: w_latency.in_process(t, lat, 0.01),
+             {"jobs": lat, "spacing_s": 0.01}),
+        Case("w5_latency_cross_process", lambda t: w_latency.cross_process(t, lat, 0.01),
+             {"jobs": lat, "spacing_s": 0.01}),
+        Case("w6_backlog_c100", _backlog_case(n, backlog), {"jobs": n, "backlog_rows": backlog,
+                                                            "concurrency": 100}),
+    ]
+    return out
+
+
+def _backlog_case(total: int, backlog: int) -> Callable[[Target], dict[str, Any]]:
+    from .__main__ import _backlog
+
+    return _backlog(total, backlog, 100)
+
+
+def postgres_floors(target: Target, repeat: int) -> dict[str, Any]:
+    """Medians of ``repeat`` runs of the three PostgreSQL floors, on ``target``."""
+    claim = [floor.claim_ack_loop(target, SIZES["floor_rows"], (1000,)) for _ in range(repeat)]
+    copy = [floor.copy_batches(target, 10_000, 5) for _ in range(repeat)]
+    latency = [floor.enqueue_to_claim(target, SIZES["latency"])["enqueue_to_claimed"]
+               for _ in range(repeat)]
+    return {
+        "claim_ack_jobs_per_s": statistics.median(
+            r["overlapped_b1000"]["jobs_per_s"] for r in claim),
+        "copy_jobs_per_s": statistics.median(r["jobs_per_s"] for r in copy),
+        "latency_p50_ms": statistics.median(r["p50_ms"] for r in latency),
+        "latency_p99_ms": statistics.median(r["p99_ms"] for r in latency),
+    }
+
+
+def sqlite_floors(repeat: int) -> dict[str, Any]:
+    """Medians of ``repeat`` runs of the SQLite statements' CPU per row, as jobs/s."""
+    runs = [probes._sqlite_once(None, SIZES["floor_rows"]) for _ in range(repeat)]
+    insert, claim, ack = (statistics.median(r[k] for r in runs)
+                          for k in ("insert_us", "claim_us", "ack_us"))
+    return {"claim_ack_jobs_per_s": round(1e6 / (claim + ack)),
+            "copy_jobs_per_s": round(1e6 / insert)}
+
+
+def relabel(table: str) -> str:
+    """The README's row labels name the full sizes; say the quick ones instead."""
+    return (table
+            .replace("burn-down of 100,000 pre-inserted jobs",
+                     f"burn-down of {SIZES['burndown']:,} pre-inserted jobs")
+            .replace("steady state, 5 min", f"steady state, {SIZES['steady_s']} s")
+            .replace("1,000,000-row backlog", f"{SIZES['backlog']:,}-row backlog"))
+
+
+def floors_table(docs: dict[tuple[str, str], dict[str, Any]],
+                 floors: dict[str, dict[str, Any]]) -> str:
+    """Each floor and the headline figure over it, per backend (same run)."""
+    def cell(backend: str, fn: Callable[[dict[str, Any], dict[str, Any]], str]) -> str:
+        f = floors.get(backend)
+        best = _report._best_burndown(docs, backend)
+        if not f or best is None:
+            return "-"
+        medians = {"best": docs[(best, backend)]["median"]}
+        for case in ("w1_bulk_b1000", "w1_bulk_b10000", "w5_latency_in_process"):
+            if (case, backend) in docs:
+                medians[case] = docs[(case, backend)]["median"]
+        try:
+            return fn(f, medians)
+        except (KeyError, ZeroDivisionError):
+            return "-"
+
+    rows: list[tuple[str, Callable[[dict[str, Any], dict[str, Any]], str]]] = [
+        ("burn-down floor: claim+ack statements alone (jobs/s)",
+         lambda f, m: f"{f['claim_ack_jobs_per_s']:,.0f}"),
+        ("best burn-down / floor (target >= 0.7)",
+         lambda f, m: f"{m['best']['jobs_per_s'] / f['claim_ack_jobs_per_s']:.2f}"),
+        ("bulk floor: insert (SQLite) / COPY (PostgreSQL) alone (jobs/s)",
+         lambda f, m: f"{f['copy_jobs_per_s']:,.0f}"),
+        ("enqueue_many, batches of 10,000 / floor (target >= 0.8)",
+         lambda f, m: f"{m['w1_bulk_b10000']['jobs_per_s'] / f['copy_jobs_per_s']:.2f}"),
+        ("enqueue-to-start floor p50 / p99 (ms)",
+         lambda f, m: f"{f['latency_p50_ms']:.1f} / {f['latency_p99_ms']:.1f}"),
+    ]
+    lines = ["| floor, same run | SQLite | PostgreSQL |", "|---|---:|---:|"]
+    for label, fn in rows:
+        lines.append(f"| {label} | {cell('sqlite', fn)} | {cell('postgres', fn)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.quick", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--pg-url", default=None, help="as for `python -m bench`")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="keep the result files here (default: a temporary directory)")
+    parser.add_argument("--scale", type=float, default=1.0,
+                        help="multiply every size (a smoke run: 0.05)")
+    args = parser.parse_args(argv)
+    if args.scale != 1.0:
+        SIZES.update({k: max(3, int(v * args.scale)) for k, v in SIZES.items()})
+    began = time.monotonic()
+    floors: dict[str, dict[str, Any]] = {}
+    with contextlib.ExitStack() as stack:
+        out = args.out or Path(stack.enter_context(tempfile.TemporaryDirectory(
+            prefix="conveyor-bench-quick-")))
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(
+            prefix="conveyor-bench-quick-db-")))
+        suite = argparse.Namespace(repeat=args.repeat, quiet_wait=0.0, quiet_below=1.0,
+                                   quick=False, steady_seconds=float(SIZES["steady_s"]),
+                                   out=out)
+        for backend in [b for b in args.backends.split(",") if b]:
+            with contextlib.ExitStack() as db:
+                target = (Target.sqlite(workdir) if backend == "sqlite" else Target.postgres(
+                    db.enter_context(postgres_url(args.pg_url)), workdir))
+                run_backend(target, cases(), suite)
+                floors[backend] = (sqlite_floors(args.repeat) if backend == "sqlite"
+                                   else postgres_floors(target, args.repeat))
+                print(f"{backend} floors: {floors[backend]}", flush=True)
+                target.close()
+                derive_memory(out, backend, environment(target, {}))
+        docs = _report.load(out)
+        print()
+        print(relabel(_report.readme_table(docs)))
+        print()
+        print(floors_table(docs, floors))
+        print()
+        print(f"sizes: {SIZES}; medians of {args.repeat}; targets are stated for "
+              "`make bench`'s sizes")
+        print(PEERS_NOTE)
+        print(f"took {time.monotonic() - began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -95,7 +95,8 @@ def relabel(table: str) -> str:
             .replace("burn-down of 100,000 pre-inserted jobs",
                      f"burn-down of {SIZES['burndown']:,} pre-inserted jobs")
             .replace("steady state, 5 min", f"steady state, {SIZES['steady_s']} s")
-            .replace("1,000,000-row backlog", f"{SIZES['backlog']:,}-row backlog"))
+            .replace("1,000,000-row backlog", f"{SIZES['backlog']:,}-row backlog")
+            .replace("no 10-s window", "no 1-s window"))
 
 
 def floors_table(docs: dict[tuple[str, str], dict[str, Any]],
@@ -167,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                 target.close()
                 derive_memory(out, backend, environment(target, {}))
         docs = _report.load(out)
-        print()
+        print(f"\nThe README's table at bench-quick sizes ({SIZES['burndown']:,}-job burn-downs"
+              f", {SIZES['steady_s']} s steady state), not `make bench`'s:")
         print(relabel(_report.readme_table(docs)))
         print()
         print(floors_table(docs, floors))

@@ -131,6 +131,6 @@ def test_bench_quick_names_its_own_sizes_in_the_readme_table() -> None:
     assert f"steady state, {quick.SIZES['steady_s']} s" in table
     assert f"{quick.SIZES['backlog']:,}-row backlog" in table
     assert "of 100,000 pre" not in table and "1,000,000-row" not in table
-    assert "5 min" not in table
+    assert "5 min" not in table and "10-s window" not in table
     floors = quick.floors_table({}, {})
     assert floors.count("| - | - |") == 5

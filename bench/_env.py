@@ -15,8 +15,6 @@ import psycopg
 from tests import _evidence
 
 import conveyor
-from conveyor._storage.sqlite import SQLiteConfig
-from conveyor._storage.sqlite.connection import connect
 
 #: Where every tool of the suite writes its result files.
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
@@ -73,6 +71,10 @@ def machine() -> dict[str, Any]:
 
 def sqlite_settings(path: str) -> dict[str, Any]:
     """The pragmas of a connection opened exactly as Conveyor opens its own."""
+    # imported here, so that `python -m bench.ab` can drive commits older than this layout
+    from conveyor._storage.sqlite import SQLiteConfig
+    from conveyor._storage.sqlite.connection import connect
+
     conn = connect(SQLiteConfig(path=path))
     try:
         pragmas = {name: conn.execute(f"PRAGMA {name}").fetchone()[0] for name in SQLITE_PRAGMAS}

@@ -158,8 +158,16 @@ def side_report(label: str, commit: str, values: list[float], unit: str) -> str:
             f"(range {min(values):,.1f}-{max(values):,.1f}, {len(values)} runs)")
 
 
-def subprocess_measure(url: str, workdir: Path, jobs: int, timeout: float) -> Measure:
-    """Each run in a fresh process (``bench._ab_run``) on the side's library."""
+Details = dict[tuple[str, str], list[dict[str, Any]]]
+#: Per-job costs reported beside the throughput ratio when a case measures them.
+COSTS = (("cpu_us_per_job", "CPU µs/job (measured process)"),
+         ("round_trips_per_job", "round trips/job"))
+
+
+def subprocess_measure(url: str, workdir: Path, jobs: int, timeout: float,
+                       details: Details | None = None) -> Measure:
+    """Each run in a fresh process (``bench._ab_run``) on the side's library; each run's
+    whole result is appended to ``details[(side label, case)]``."""
 
     def measure(side: Side, case: str) -> float:
         spec = CASES[case]
@@ -176,7 +184,10 @@ def subprocess_measure(url: str, workdir: Path, jobs: int, timeout: float) -> Me
                     else "a run failed on")
             raise CannotDrive(f"{kind} {side.label} {side.commit[:7]} for case {case} "
                               f"(exit {done.returncode}):\n{why}")
-        return float(json.loads(lines[-1][len(RESULT_PREFIX):])["value"])
+        doc = json.loads(lines[-1][len(RESULT_PREFIX):])
+        if details is not None:
+            details.setdefault((side.label, case), []).append(doc["result"])
+        return float(doc["value"])
 
     return measure
 
@@ -227,8 +238,25 @@ def sides(repo: Path, base: str, head: str, working_tree: bool) -> Iterator[tupl
         yield a, b
 
 
+def cost_lines(case: str, details: Details) -> list[str]:
+    """Per-job costs (lower is better), each side's median and the paired ratio."""
+    lines = []
+    base, head = details.get(("BASE", case), []), details.get(("HEAD", case), [])
+    for key, label in COSTS:
+        pairs = [(b[key], h[key]) for b, h in zip(base, head, strict=False)
+                 if isinstance(b.get(key), int | float) and isinstance(h.get(key), int | float)]
+        if not pairs:
+            continue
+        comp = Comparison(case, [float(b) for b, _ in pairs], [float(h) for _, h in pairs])
+        r = comp.ratios
+        lines.append(f"  {label}: BASE {statistics.median(comp.base):.4g}, HEAD "
+                     f"{statistics.median(comp.head):.4g}; HEAD/BASE {statistics.median(r):.2f}x"
+                     f" ({min(r):.2f}-{max(r):.2f}, lower is cheaper)" if r else "")
+    return [line for line in lines if line]
+
+
 def report(comparisons: list[Comparison], base: Side, head: Side,
-           head_label: str) -> list[str]:
+           head_label: str, details: Details | None = None) -> list[str]:
     cores, load = os.cpu_count(), os.getloadavg()[0]
     lines = [f"machine: {cores} cores, load average {load:.2f} at the end "
              "(other work on a shared machine widens the ranges)"]
@@ -236,20 +264,23 @@ def report(comparisons: list[Comparison], base: Side, head: Side,
         spec = CASES[comp.case]
         lines += [f"{comp.case}: {spec.about}",
                   side_report("BASE", base.commit, comp.base, spec.unit),
-                  side_report("HEAD", head.commit, comp.head, spec.unit)]
+                  side_report("HEAD", head.commit, comp.head, spec.unit),
+                  *cost_lines(comp.case, details or {})]
     lines += [c.line(base.commit[:7], head_label) for c in comparisons]
     return lines
 
 
 def write_out(out: Path, comparisons: list[Comparison], base: Side, head: Side,
-              args: argparse.Namespace) -> Path:
+              args: argparse.Namespace, details: Details) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"ab-{time.strftime('%Y%m%dT%H%M%S')}-{base.commit[:7]}-{head.commit[:7]}.json"
     doc = {"base": {"rev": args.base, "commit": base.commit},
            "head": {"rev": args.head, "commit": head.commit, "working_tree": args.working_tree},
            "rounds": args.rounds, "jobs": args.jobs or None, "cores": os.cpu_count(),
            "loadavg_1m_end": os.getloadavg()[0], "at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-           "cases": [c.as_dict() for c in comparisons]}
+           "cases": [{**c.as_dict(), "about": CASES[c.case].about,
+                      "runs": {side: details.get((side, c.case), [])
+                               for side in ("BASE", "HEAD")}} for c in comparisons]}
     path.write_text(json.dumps(doc, indent=2))
     return path
 
@@ -257,6 +288,7 @@ def write_out(out: Path, comparisons: list[Comparison], base: Side, head: Side,
 def main(argv: list[str] | None = None, measure: Measure | None = None) -> int:
     args = _parse(argv)
     head_label = "worktree" if args.working_tree else args.head
+    details: Details = {}
     needs_pg = any(CASES[c].backend == "postgres" for c in args.cases)
     try:
         with interrupted_by_sigterm(), contextlib.ExitStack() as stack:
@@ -270,16 +302,16 @@ def main(argv: list[str] | None = None, measure: Measure | None = None) -> int:
                     url = stack.enter_context(postgres_url(args.pg_url))
                 workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(
                     prefix="conveyor-ab-db-")))
-                measure = subprocess_measure(url, workdir, args.jobs, args.timeout)
+                measure = subprocess_measure(url, workdir, args.jobs, args.timeout, details)
             print(f"BASE {args.base} = {base.commit[:7]} ({base.tree}), HEAD {head_label} = "
                   f"{head.commit[:7]} ({head.tree}); {args.rounds} rounds, jobs per run: "
                   f"{args.jobs or 'the case default'}", flush=True)
             comparisons = interleave(args.cases, base, head, args.rounds, measure,
                                      lambda s: print(s, flush=True))
-            for line in report(comparisons, base, head, head_label):
+            for line in report(comparisons, base, head, head_label, details):
                 print(line)
             if args.out is not None:
-                print(f"wrote {write_out(args.out, comparisons, base, head, args)}")
+                print(f"wrote {write_out(args.out, comparisons, base, head, args, details)}")
     except CannotDrive as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

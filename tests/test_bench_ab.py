@@ -134,3 +134,21 @@ def test_bench_quick_names_its_own_sizes_in_the_readme_table() -> None:
     assert "5 min" not in table and "10-s window" not in table
     floors = quick.floors_table({}, {})
     assert floors.count("| - | - |") == 5
+
+
+def test_per_job_costs_are_paired_too() -> None:
+    """Worker CPU and round trips per job, when a case reports them: medians and the
+    paired ratio (lower is cheaper); a cost missing from a run is left out, not zero."""
+    details: ab.Details = {
+        ("BASE", "c"): [{"cpu_us_per_job": 50.0, "round_trips_per_job": 0.01},
+                        {"cpu_us_per_job": 100.0}],
+        ("HEAD", "c"): [{"cpu_us_per_job": 55.0, "round_trips_per_job": 0.01},
+                        {"cpu_us_per_job": 110.0}],
+    }
+    lines = ab.cost_lines("c", details)
+    assert lines == [
+        "  CPU µs/job (measured process): BASE 75, HEAD 82.5; HEAD/BASE 1.10x "
+        "(1.10-1.10, lower is cheaper)",
+        "  round trips/job: BASE 0.01, HEAD 0.01; HEAD/BASE 1.00x (1.00-1.00, lower is cheaper)",
+    ]
+    assert ab.cost_lines("other", details) == []

@@ -33,10 +33,12 @@ BENCH_TOOLS: dict[str, tuple[str, ...]] = {
     "bench/results/capacity.json": ("bench/capacity.py",),
     "bench/results/read_replica.json": ("bench/read_replica.py",),
 }
-#: ... and those whose output is printed or derived (model, profiles, retention).
+#: ... and those whose output is printed or derived (model, profiles, retention), and the
+#: A/B and quick runners (`python -m bench` imports none of them either).
 BENCH_TOOL_FILES: tuple[str, ...] = tuple(sorted(
     {f for files in BENCH_TOOLS.values() for f in files}
-    | {"bench/model.py", "bench/profile.py", "bench/retention.py"}))
+    | {"bench/model.py", "bench/profile.py", "bench/retention.py",
+       "bench/ab.py", "bench/_ab_run.py", "bench/quick.py"}))
 
 #: What determines the benchmark figures: the library, the suite's own code, the
 #: dependencies. Git pathspecs, relative to the repository root.

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from .._errors import unique_held
-from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, STAGED_STATES, Job, JobState
+from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, Job, JobState
 from .control_types import (
     JobPruneParams,
 )
@@ -152,13 +152,7 @@ class BaseStorage(ToolkitStorage):
         return ids
 
     async def job_stage_due(self, *, limit: int = 5000) -> list[StagedJob]:
-        staged = []
-        for previous in STAGED_STATES:
-            values = {"limit": limit, "from_state": previous.value}
-            for r in await self._write("job_stage_due", values):
-                staged.append(StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
-        self._woke(j.queue for j in staged)
-        return staged
+        return await self._stage("job_stage_due", {"limit": limit})
 
     async def job_get(self, job_id: int) -> Job | None:
         return self._one(await self._read("job_get", {"id": job_id}))

@@ -69,10 +69,15 @@ class ToolkitStorage(ABC):
 
     async def job_stage_early(self, *, queue: str | None = None) -> list[StagedJob]:
         self._testing_sql()
+        return await self._stage("job_stage_early", {"queue": queue})
+
+    async def _stage(self, name: str, values: Mapping[str, Any]) -> list[StagedJob]:
+        """Run staging statement ``name`` once per state jobs are staged from, and wake
+        the queues of what it made available (the worker's stager and the toolkit's
+        "run it now" share this)."""
         staged = []
         for previous in STAGED_STATES:
-            values = {"queue": queue, "from_state": previous.value}
-            for r in await self._write("job_stage_early", values):
+            for r in await self._write(name, {**values, "from_state": previous.value}):
                 staged.append(StagedJob(r["id"], r["task"], r["queue"], r["attempt"], previous))
         self._woke(j.queue for j in staged)
         return staged

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import os
 import pwd
+import secrets
 import shlex
 import shutil
 import socket
@@ -27,7 +28,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -83,6 +84,23 @@ def redact(url: str) -> str:
 def with_database(url: str, dbname: str) -> str:
     """The same server and credentials as ``url``, pointing at database ``dbname``."""
     return urlunsplit(urlsplit(url)._replace(path="/" + quote(dbname, safe="")))
+
+
+@contextlib.contextmanager
+def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
+    """A new, empty database on ``admin_url``'s server (nothing migrated), dropped
+    (WITH FORCE) afterwards; its name is ``prefix`` and a random suffix."""
+    from psycopg import sql
+
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield with_database(admin_url, name)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
 
 
 def check_admin(url: str) -> None:

@@ -29,6 +29,24 @@ def aio(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
     return run
 
 
+def run_then_close(app: Conveyor, main: Callable[[], Awaitable[None]]) -> None:
+    """Run ``main`` on a fresh loop, then close ``app`` on that loop."""
+
+    async def wrapped() -> None:
+        try:
+            await main()
+        finally:
+            await app.close_async()
+
+    asyncio.run(wrapped())
+
+
+def burst(app: Conveyor, timeout: float = 60.0) -> None:
+    """Run a burst worker on every queue of ``app`` until nothing is left, then close it."""
+    run_then_close(app, lambda: asyncio.wait_for(
+        app.run_worker(config=WorkerConfig(burst=True)), timeout))
+
+
 FAST = WorkerConfig(
     queues={"default": 10},
     lease_ttl=5.0,

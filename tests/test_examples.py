@@ -15,9 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import cast
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from conveyor import Conveyor, JobState, WorkerConfig
 
@@ -48,14 +46,8 @@ def fresh_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[s
         yield f"sqlite:///{tmp_path / 'example.db'}"
         return
     admin = cast(str, request.getfixturevalue("postgres_admin_url"))
-    name = f"conveyor_example_{secrets.token_hex(6)}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield _pg.with_database(admin, name)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with _pg.scratch_database(admin, "conveyor_example") as url:
+        yield url
 
 
 # -- all three: what users copy type-checks ------------------------------------------------------

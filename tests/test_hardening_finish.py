@@ -4,7 +4,6 @@ job of its own still ``running``. Real workers, both backends."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -15,8 +14,10 @@ from typing import Any
 import pytest
 
 import conveyor
-from conveyor import Conveyor, JobState, WorkerConfig, _payload
+from conveyor import Conveyor, JobState, _payload
 from conveyor._runtime.executor import Executor
+
+from ._runtime_util import burst
 
 SRC = Path(conveyor.__file__).resolve().parents[1]
 
@@ -87,16 +88,6 @@ def test_a_burst_worker_ends_every_attempt_whose_result_cannot_be_stored(
         assert "unserialisable_result" in job.result
         assert job.attempt == 1, (name, job.attempt)
     assert "crashed" not in proc.stderr, proc.stderr[-3000:]
-
-
-def burst(app: Conveyor) -> None:
-    async def run() -> None:
-        try:
-            await asyncio.wait_for(app.run_worker(config=WorkerConfig(burst=True)), 60)
-        finally:
-            await app.close_async()
-
-    asyncio.run(run())
 
 
 def test_an_ack_that_cannot_be_built_fails_the_attempt_with_its_error(

@@ -29,19 +29,11 @@ from conveyor import (
     group,
 )
 
+from ._runtime_util import burst
+
 T = TypeVar("T")
 
 SRC = Path(conveyor.__file__).resolve().parents[1]
-
-
-def _burst(app: Conveyor) -> None:
-    async def run() -> None:
-        try:
-            await asyncio.wait_for(app.run_worker(config=WorkerConfig(burst=True)), 60)
-        finally:
-            await app.close_async()
-
-    asyncio.run(run())
 
 
 Add = Task[[int, int], int]
@@ -117,7 +109,7 @@ def test_a_job_the_sync_api_returns_can_be_waited_on(app: Conveyor, path: str) -
     add, first = _adder(app)
     jobs = SYNC_PATHS[path](app, add, first)
     assert jobs
-    _burst(app)
+    burst(app)
     for job in jobs:
         done = job.wait(timeout=10)
         assert done.state is JobState.COMPLETED, done

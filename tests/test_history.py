@@ -12,7 +12,6 @@ import asyncio
 import dataclasses
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable
 from contextlib import closing
 from typing import Any
 
@@ -25,7 +24,7 @@ from conveyor._app.operations import Operations
 from conveyor._runtime.archiver import Archiver
 from conveyor._storage import JobFailureGroupsParams, JobFilter, JobSearchParams
 
-from ._runtime_util import FAST, all_final, run_worker_until
+from ._runtime_util import FAST, all_final, run_then_close, run_worker_until
 
 #: The worker's own archiver passes once at its start, then not for an hour: the tests
 #: move jobs themselves (``archive``) and see what each pass does.
@@ -62,16 +61,6 @@ async def archive(app: Conveyor) -> int:
     """Move what is finished. The worker's own archiver passes once at its start and may
     have moved some already: tests check the tables, not this count."""
     return await Archiver(await app.storage(), None, 1.0, after=0.0).run_once()
-
-
-def run(app: Conveyor, main: Callable[[], Awaitable[None]]) -> None:
-    async def wrapped() -> None:
-        try:
-            await main()
-        finally:
-            await app.close_async()
-
-    asyncio.run(wrapped())
 
 
 def test_finished_jobs_leave_the_hot_table_and_every_read_finds_them(
@@ -121,7 +110,7 @@ def test_finished_jobs_leave_the_hot_table_and_every_read_finds_them(
         assert sorted(g.error for g in groups) == ["ValueError: bad 0", "ValueError: bad 3",
                                                    "ValueError: bad 6"]
 
-    run(app, main)
+    run_then_close(app, main)
 
 
 async def _final_except(app: Conveyor, live: int) -> bool:
@@ -163,7 +152,7 @@ def test_retry_moves_a_job_back_from_history_with_its_id(app: Conveyor, db_url: 
         again = await app.get_job_async(job.id)
         assert again is not None and again.state == JobState.AVAILABLE
 
-    run(app, main)
+    run_then_close(app, main)
 
 
 def test_rows_holding_a_unique_claim_stay_hot(app: Conveyor, db_url: str) -> None:
@@ -185,7 +174,7 @@ def test_rows_holding_a_unique_claim_stay_hot(app: Conveyor, db_url: str) -> Non
         fresh = await released.enqueue_async()
         assert not fresh.duplicate and fresh.id != other.id
 
-    run(app, main)
+    run_then_close(app, main)
 
 
 def test_delete_and_purge_reach_history(app: Conveyor, db_url: str) -> None:
@@ -208,7 +197,7 @@ def test_delete_and_purge_reach_history(app: Conveyor, db_url: str) -> None:
         assert await Operations(app).delete_queue_jobs("default") == 3
         assert sum((await app.count_jobs_async()).values()) == 0
 
-    run(app, main)
+    run_then_close(app, main)
 
 
 def test_retention_empties_history_and_honours_queue_retention(
@@ -248,7 +237,7 @@ def test_retention_empties_history_and_honours_queue_retention(
             assert sql(db_url, "SELECT to_regclass(%s) IS NULL", (day,)) == [(True,)]
             assert ids_in(db_url, "conveyor_jobs_all") == [new.id]
 
-    run(app, main)
+    run_then_close(app, main)
 
 
 def _partition_names(db_url: str, days_ago: int) -> str:
@@ -287,7 +276,7 @@ def test_archiving_while_an_operator_retries_loses_and_duplicates_nothing(
         counts = await app.count_jobs_async()
         assert counts["available"] == 60 and sum(counts.values()) == 60
 
-    run(app, main)
+    run_then_close(app, main)
 
 
 def test_archiver_on_a_dead_database_fails_clearly_and_retries(
@@ -337,7 +326,7 @@ def test_the_worker_archives_on_its_own(app: Conveyor, db_url: str) -> None:
             shutdown_timeout=5.0))
         assert len(ids_in(db_url, "conveyor_jobs_history")) == 20
 
-    run(app, main)
+    run_then_close(app, main)
 
 
 def test_the_worker_command_takes_the_archive_flags() -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
 import socket
 import subprocess
@@ -29,9 +28,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from conveyor._version import __version__
 
@@ -302,16 +299,8 @@ def pg_database() -> Iterator[str]:
         if found.fatal or _pg.required():
             pytest.fail(f"PostgreSQL is needed: {found.reason}", pytrace=False)
         pytest.skip(f"PostgreSQL is needed: {found.reason}")
-    admin = found.admin_url
-    name = f"conveyor_pkg_{secrets.token_hex(6)}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield _pg.with_database(admin, name)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
+    with _pg.scratch_database(found.admin_url, "conveyor_pkg") as url:
+        yield url
 
 
 def test_postgres_extra_migrates_and_runs_jobs(make_venv: Callable[..., Path], tmp_path: Path,

@@ -29,7 +29,7 @@ from conveyor._job import Job
 from conveyor._storage import QueueCooldownRaiseParams
 from conveyor.testing import VirtualClock
 
-from ._runtime_util import FAST, in_state, run_worker_until
+from ._runtime_util import FAST, in_state, run_then_close, run_worker_until
 
 Check = Callable[[], Awaitable[bool]]
 BACKOFF = 600.0
@@ -54,16 +54,6 @@ async def _state(app: Conveyor, job: Job) -> JobState:
     return current.state
 
 
-def _run(app: Conveyor, main: Callable[[], Awaitable[None]]) -> None:
-    async def wrapped() -> None:
-        try:
-            await main()
-        finally:
-            await app.close_async()
-
-    asyncio.run(wrapped())
-
-
 # -- retries: per-queue and per-task backoff ---------------------------------------------------
 
 
@@ -86,7 +76,7 @@ def test_a_queues_backoff_times_retries_as_on_a_worker(app: Conveyor) -> None:
                   (("drain", drained), ("inline", inline), ("worker", worked))}
         assert all(BACKOFF - 60 < d <= BACKOFF for d in delays.values()), delays
 
-    _run(app, main)
+    run_then_close(app, main)
 
 
 def test_a_tasks_backoff_wins_over_its_queues_as_on_a_worker(app: Conveyor) -> None:
@@ -104,7 +94,7 @@ def test_a_tasks_backoff_wins_over_its_queues_as_on_a_worker(app: Conveyor) -> N
         delays = [await _delay(app, drained), await _delay(app, worked)]
         assert all(0 < d <= 5 for d in delays), delays
 
-    _run(app, main)
+    run_then_close(app, main)
 
 
 # -- Throttle: node scope holds the queue, queue scope cools it on every worker ------------
@@ -150,7 +140,7 @@ def _throttle_holds_its_queue(app: Conveyor, scope: str) -> None:
         await run_worker_until(app, lambda: _true(), config=config, during=then_marker)
         assert await _state(app, w_second) is JobState.AVAILABLE
 
-    _run(app, main)
+    run_then_close(app, main)
 
 
 async def _true() -> bool:
@@ -204,7 +194,7 @@ def test_a_queue_cool_down_ends_with_the_virtual_clock(db_url: str) -> None:
         ran = await app.drain_async()
         assert second.id in [o.id for o in ran.completed], ran
 
-    _run(app, main)
+    run_then_close(app, main)
 
 
 def test_a_cool_down_another_worker_wrote_holds_the_toolkit(app: Conveyor) -> None:
@@ -223,7 +213,7 @@ def test_a_cool_down_another_worker_wrote_holds_the_toolkit(app: Conveyor) -> No
         ran = await app.drain_async(include_scheduled=True)  # skips waits, as for delays
         assert len(ran.completed) == 2, ran
 
-    _run(app, main)
+    run_then_close(app, main)
 
 
 # -- paused queues, concurrency ---------------------------------------------------------------
@@ -248,7 +238,7 @@ def test_a_paused_queue_runs_nothing_inline_as_on_a_worker(app: Conveyor) -> Non
             again = await work.options(queue="paused").enqueue_async()
         assert again.state is JobState.COMPLETED
 
-    _run(app, main)
+    run_then_close(app, main)
 
 
 def test_drain_counts_a_job_running_on_a_worker_against_the_concurrency_limit(
@@ -276,6 +266,6 @@ def test_drain_counts_a_job_running_on_a_worker_against_the_concurrency_limit(
                                during=drain_while_it_runs)
 
     try:
-        _run(app, main)
+        run_then_close(app, main)
     finally:
         release.set()

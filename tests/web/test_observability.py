@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import secrets
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,15 +146,8 @@ def disposable_db(backend: str, tmp_path: Path, request: pytest.FixtureRequest) 
         yield f"sqlite:///{tmp_path / 'gone.db'}"
         return
     admin = request.getfixturevalue("postgres_admin_url")
-    name = f"conveyor_gone_{secrets.token_hex(4)}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield _pg.with_database(admin, name)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)")
-                         .format(sql.Identifier(name)))
+    with _pg.scratch_database(admin, "conveyor_gone") as url:
+        yield url
 
 
 def destroy(url: str, request: pytest.FixtureRequest) -> None:

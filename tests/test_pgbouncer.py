@@ -128,7 +128,11 @@ def test_when_the_check_at_connect_misses_the_pooler_its_errors_switch_modes(
     logged = _run_two_workers_on_a_plain_url(bouncer.url_for(direct_url), caplog, 1_000)
     switched = [m for m in logged if "turned off server-side prepared statements" in m]
     assert len(switched) == 1 and f"?{POOLER}" in switched[0], logged
-    assert not [m for m in logged if "ack flush" in m], logged
+    # An ack flush that meets the pooler before the switch is, like a claim, refused
+    # inside its transaction and written again (once per worker at most); never the
+    # defect's flood of "ack flush ... failed, retrying".
+    flushes = [m for m in logged if "ack flush" in m]
+    assert len(flushes) <= 2 and not [m for m in flushes if "failed" in m], logged
 
 
 def test_on_a_direct_url_the_check_at_connect_finds_no_pooler(direct_url: str) -> None:

@@ -48,12 +48,14 @@ def insert_values(jobs: Sequence[JobInsert], channel: str) -> dict[str, Any]:
 
 async def insert_plain(conn: psycopg.AsyncConnection[Any], queries: Mapping[str, str],
                        jobs: Sequence[JobInsert], channel: str,
-                       prepare: bool | None = None) -> Inserted:
+                       prepare: bool | None = None, jobs_too: bool = False) -> Inserted:
     """Insert a batch without unique keys (on a pooled or the caller's connection):
     COPY for a large batch, one INSERT otherwise. ``prepare``: psycopg's, ``False`` on
-    a caller's connection (``CALLER_PREPARE``)."""
+    a caller's connection (``CALLER_PREPARE``). ``jobs_too``: the Jobs are wanted
+    (``jobs_of``); COPY builds them while the server inserts."""
     if len(jobs) >= COPY_MIN_BATCH:
-        return await copy_async(conn, queries, jobs, channel, prepare)
+        return await copy_async(conn, queries, jobs, channel, prepare,
+                                jobs_of if jobs_too else None)
     sql, params = _statement(queries, jobs, channel)
     cur = conn.cursor(row_factory=tuple_row)
     await cur.execute(sql, params, prepare=prepare)
@@ -62,10 +64,10 @@ async def insert_plain(conn: psycopg.AsyncConnection[Any], queries: Mapping[str,
 
 def insert_plain_sync(conn: psycopg.Connection[Any], queries: Mapping[str, str],
                       jobs: Sequence[JobInsert], channel: str,
-                      prepare: bool | None = None) -> Inserted:
+                      prepare: bool | None = None, jobs_too: bool = False) -> Inserted:
     """``insert_plain`` on a synchronous connection."""
     if len(jobs) >= COPY_MIN_BATCH:
-        return copy_sync(conn, queries, jobs, channel, prepare)
+        return copy_sync(conn, queries, jobs, channel, prepare, jobs_of if jobs_too else None)
     sql, params = _statement(queries, jobs, channel)
     cur = conn.cursor(row_factory=tuple_row)
     return _inserted(cur.execute(sql, params, prepare=prepare).fetchall())
@@ -87,7 +89,9 @@ def _inserted(rows: Sequence[tuple[Any, ...]]) -> Inserted:
 
 
 def jobs_of(jobs: Sequence[JobInsert], inserted: Inserted) -> list[Job]:
-    """The Jobs a plain batch wrote, built from what was sent."""
+    """The Jobs a plain batch wrote, built from what was sent (or as COPY built them)."""
+    if inserted.jobs is not None:
+        return inserted.jobs
     return jobs_from_inserts(jobs, inserted.ids, inserted.states, inserted.scheduled,
                              [inserted.now] * len(jobs))
 

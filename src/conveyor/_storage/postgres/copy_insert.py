@@ -13,20 +13,26 @@ A batch is one transaction of two statements:
 The binary rows are built by hand rather than by psycopg's per-value dumpers: jobs of
 one batch share everything but their id and arguments (same task, queue, options), so
 the rest of each row is encoded once per distinct combination and reused.
+
+The rows are streamed in chunks of ``CHUNK``: the server inserts one chunk while the
+next is encoded (and, with ``jobs_too``, while the Jobs of the last one are built), so
+on two cores a large batch costs about what the server's part of it costs, not the sum
+of the client's and the server's (``bench/floor.py`` copy_batches is that part).
 """
 
 from __future__ import annotations
 
 import contextlib
 import struct
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 from psycopg.rows import tuple_row
 
+from ..._job import Job
 from ..job_types import JobInsert
 
 #: Batches at least this large go through COPY; smaller ones through one INSERT. COPY
@@ -34,6 +40,9 @@ from ..job_types import JobInsert
 #: takes one, and pays off as the batch grows: on the loaded 2-core machine the two
 #: crossed between 128 and 512 jobs (2,000 jobs: 117 ms against 162 ms).
 COPY_MIN_BATCH = 256
+#: Rows encoded and sent at a time (about 25 kB of no-op jobs): small enough that the
+#: server starts inserting at once, large enough that a write costs little per row.
+CHUNK = 250
 
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + b"\x00\x00\x00\x00" + b"\x00\x00\x00\x00"
 _TRAILER = b"\xff\xff"
@@ -72,22 +81,35 @@ def _prefix(job: JobInsert, state: str, due: int, now: int) -> bytes:
     ))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Inserted:
     """What the database decided for a plain batch, in input order: ids, states, due
-    times, and the creation time they share (the transaction's ``now()``)."""
+    times, and the creation time they share (the transaction's ``now()``); ``jobs``:
+    the Jobs built while the rows streamed, when asked for (``Build``)."""
 
     ids: list[int]
     states: list[str]
     scheduled: list[datetime]
     now: datetime
+    jobs: list[Job] | None = field(default=None)
+
+
+#: Builds the Jobs of some inserts from what the database decided for them.
+Build = Callable[[Sequence[JobInsert], Inserted], list[Job]]
 
 
 def encode(jobs: Sequence[JobInsert], ids: Sequence[int], now: datetime) -> tuple[bytes, Inserted]:
     """The COPY BINARY stream of ``jobs`` with these ``ids``, and what it writes."""
+    body, inserted = _encode_rows(jobs, ids, now, {})
+    return _HEADER + body + _TRAILER, inserted
+
+
+def _encode_rows(jobs: Sequence[JobInsert], ids: Sequence[int], now: datetime,
+                 prefixes: dict[tuple[Any, ...], bytes]) -> tuple[bytes, Inserted]:
+    """The rows of ``jobs`` (no header, no trailer); ``prefixes`` is shared by the
+    chunks of one batch."""
     now_us = _micros(now)
-    prefixes: dict[tuple[Any, ...], bytes] = {}
-    chunks = [_HEADER]
+    chunks: list[bytes] = []
     append = chunks.append
     states: list[str] = []
     scheduled: list[datetime] = []
@@ -111,8 +133,25 @@ def encode(jobs: Sequence[JobInsert], ids: Sequence[int], now: datetime) -> tupl
         append(_tail(8, job_id, len(args) + 1))
         append(b"\x01")
         append(args)
-    append(_TRAILER)
     return b"".join(chunks), Inserted(list(ids), states, scheduled, now)
+
+
+def _stream(jobs: Sequence[JobInsert], ids: Sequence[int], now: datetime,
+            done: Inserted, build: Build | None) -> Iterator[bytes]:
+    """The COPY stream in chunks; ``done`` gathers what each chunk wrote, and its Jobs
+    (``build``) once the chunk is handed to the server: built while the server inserts."""
+    prefixes: dict[tuple[Any, ...], bytes] = {}
+    yield _HEADER
+    for start in range(0, len(jobs), CHUNK):
+        part = jobs[start:start + CHUNK]
+        data, inserted = _encode_rows(part, ids[start:start + CHUNK], now, prefixes)
+        yield data
+        done.ids += inserted.ids
+        done.states += inserted.states
+        done.scheduled += inserted.scheduled
+        if build is not None and done.jobs is not None:
+            done.jobs += build(part, inserted)
+    yield _TRAILER
 
 
 def _reserve_values(jobs: Sequence[JobInsert], channel: str) -> dict[str, Any]:
@@ -121,31 +160,39 @@ def _reserve_values(jobs: Sequence[JobInsert], channel: str) -> dict[str, Any]:
 
 async def copy_async(conn: psycopg.AsyncConnection[Any], queries: Mapping[str, str],
                      jobs: Sequence[JobInsert], channel: str,
-                     prepare: bool | None = None) -> Inserted:
+                     prepare: bool | None = None, build: Build | None = None) -> Inserted:
     """Copy ``jobs`` in one transaction: its own on an autocommit connection (a pooled
     one), else the one the connection is in or implicitly begins (a caller's, which the
-    caller commits or rolls back: ``transaction()`` there would commit on its own)."""
+    caller commits or rolls back: ``transaction()`` there would commit on its own).
+    ``build``: the Jobs too, in ``Inserted.jobs``."""
     async with conn.transaction() if conn.autocommit else contextlib.nullcontext():
         cur = conn.cursor(row_factory=tuple_row)
         await cur.execute(queries["job_reserve_ids"], _reserve_values(jobs, channel),
                           prepare=prepare)
         row = await cur.fetchone()
         assert row is not None
-        data, copied = encode(jobs, sorted(row[1]), row[0])
+        done = _started(row[0], build)
         async with cur.copy(queries["job_copy_plain"]) as copy:
-            await copy.write(data)
-    return copied
+            for data in _stream(jobs, sorted(row[1]), row[0], done, build):
+                await copy.write(data)
+    return done
 
 
 def copy_sync(conn: psycopg.Connection[Any], queries: Mapping[str, str],
-              jobs: Sequence[JobInsert], channel: str, prepare: bool | None = None) -> Inserted:
+              jobs: Sequence[JobInsert], channel: str, prepare: bool | None = None,
+              build: Build | None = None) -> Inserted:
     """``copy_async`` on a synchronous connection."""
     with conn.transaction() if conn.autocommit else contextlib.nullcontext():
         cur = conn.cursor(row_factory=tuple_row)
         row = cur.execute(queries["job_reserve_ids"], _reserve_values(jobs, channel),
                           prepare=prepare).fetchone()
         assert row is not None
-        data, copied = encode(jobs, sorted(row[1]), row[0])
+        done = _started(row[0], build)
         with cur.copy(queries["job_copy_plain"]) as copy:
-            copy.write(data)
-    return copied
+            for data in _stream(jobs, sorted(row[1]), row[0], done, build):
+                copy.write(data)
+    return done
+
+
+def _started(now: datetime, build: Build | None) -> Inserted:
+    return Inserted([], [], [], now, [] if build is not None else None)

@@ -78,14 +78,16 @@ class PostgresStorage(PostgresPools):
         return {"unique_keys": keys}
 
     async def _insert_plain(self, jobs: Sequence[JobInsert],
-                            connection: psycopg.AsyncConnection[Any] | None) -> Inserted:
+                            connection: psycopg.AsyncConnection[Any] | None,
+                            jobs_too: bool = False) -> Inserted:
         """A batch without unique keys, on the caller's connection or a pooled one."""
         if connection is not None:
             with self._errors.translate():
                 return await batch.insert_plain(connection, self._q, jobs, self._config.channel,
-                                                CALLER_PREPARE)
+                                                CALLER_PREPARE, jobs_too)
         async with self._conn() as conn:
-            return await batch.insert_plain(conn, self._q, jobs, self._config.channel)
+            return await batch.insert_plain(conn, self._q, jobs, self._config.channel,
+                                            jobs_too=jobs_too)
 
     async def job_insert_many(
         self, jobs: Sequence[JobInsert], connection: Any = None
@@ -93,7 +95,7 @@ class PostgresStorage(PostgresPools):
         if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
             return self.job_insert_many_sync(jobs, connection)
         if _plain(jobs):
-            inserted = batch.jobs_of(jobs, await self._insert_plain(jobs, connection))
+            inserted = batch.jobs_of(jobs, await self._insert_plain(jobs, connection, True))
             if connection is None:
                 self._woke(j.queue for j in inserted)
             return inserted
@@ -158,7 +160,7 @@ class PostgresStorage(PostgresPools):
         if _plain(jobs):
             with self._errors.translate():
                 return batch.jobs_of(jobs, batch.insert_plain_sync(
-                    connection, self._q, jobs, self._config.channel, prepare))
+                    connection, self._q, jobs, self._config.channel, prepare, jobs_too=True))
 
         def run(name: str, values: Mapping[str, Any]) -> list[Job]:
             with self._errors.translate(), connection.cursor(row_factory=dict_row) as cur:

@@ -24,6 +24,12 @@
 #                  Before landing a hot-path change, `python -m bench.ab BASE [CASES]` runs
 #                  interleaved A/B rounds of two commits and prints the ratio for the commit
 #                  message (`python -m bench.ab --help` lists the cases)
+#   make bench-peers  Conveyor beside the Python queues of issue 29 in one run (bench/peers/:
+#                  pgqueuer, procrastinate; the others of issue 29 to come), each in a
+#                  venv of its own from PyPI (cached in ~/.cache/conveyor-bench-peers), on the
+#                  local PostgreSQL and Redis; writes bench/results/peers.json and prints the
+#                  table (`python -m bench.peers --render bench/results/peers.json` prints
+#                  the README's section from it)
 #   make chaos     the fault-injection suite in its long mode, soaks included (about 35 min); regenerates
 #                  docs/reliability.md from tests/chaos/results/*.json (each with its commit)
 #   make clean     delete .venv, caches and build output
@@ -58,7 +64,7 @@ DJANGO_PYTHON := $(shell for py in python3.13 python3.12 \
 	&& { command -v $$py; break; }; done)
 endif
 
-.PHONY: install .venv demo test lint bench bench-quick chaos clean django-venv test-django print-django-python
+.PHONY: install .venv demo test lint bench bench-quick bench-peers chaos clean django-venv test-django print-django-python
 
 install .venv: $(STAMP)
 
@@ -130,6 +136,9 @@ bench: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m bench.quick
+
+bench-peers: $(STAMP)
+	$(BIN)/python -m bench.peers --out bench/results/peers.json
 
 chaos: $(STAMP)
 	rm -rf tests/chaos/results

@@ -5,7 +5,9 @@ The README's cases on both backends at smaller sizes (``SIZES``), medians of 3, 
 floors on the same databases (PostgreSQL: Conveyor's claim/ack statements in a raw
 psycopg loop, its COPY statements, insert-NOTIFY-claim, from ``bench/floor.py``; SQLite:
 the CPU per row of the insert, claim and ack statements, from ``bench/probes.py``),
-medians of 3, and each headline figure over its floor. It prints the table; it writes
+medians of 3, and each headline figure over its floor; then pgqueuer beside Conveyor
+through ``bench.peers`` (the same workloads at the same sizes, medians of 3, and issue
+29's ratios). It prints the tables; it writes
 no file the repository publishes (the result files go to a temporary directory, or to
 ``--out``), so the README and ``bench/results`` keep what ``make bench`` measured.
 """
@@ -26,12 +28,17 @@ from typing import Any
 from . import _report, floor, probes, w_burndown, w_enqueue, w_latency, w_steady
 from .__main__ import Case, derive_memory, environment, postgres_url, run_backend
 from ._targets import Target
+from .peers import _render as peers_render
+from .peers.__main__ import parser as peers_parser
+from .peers.__main__ import run as run_peers
 
 #: Sizes that keep the whole run near ten minutes on a 2-core machine.
 SIZES = {"burndown": 20_000, "bulk": 50_000, "single": 2_000, "latency": 200,
          "steady_s": 15, "backlog": 100_000, "floor_rows": 20_000}
-PEERS_NOTE = ("peers: not in this table: `python -m bench.peers` (pgqueuer and the others "
-              "of issue 29) is not built yet")
+PEERS_NOTE = ("peers: pgqueuer beside Conveyor, measured in this run by `bench.peers`'s runners "
+              "(every system in process on the local PostgreSQL, so Conveyor's figures there differ "
+              "from the table's worker-process burn-downs on the private cluster); every peer of "
+              "issue 29: `make bench-peers`")
 
 
 def cases() -> list[Case]:
@@ -134,6 +141,15 @@ def floors_table(docs: dict[tuple[str, str], dict[str, Any]],
     return "\n".join(lines)
 
 
+def peers(repeat: int, pg_admin: str | None) -> dict[str, Any]:
+    """pgqueuer and Conveyor (both backends) through ``bench.peers`` at ``SIZES``."""
+    argv = ["--peers", "pgqueuer", "--jobs", str(SIZES["burndown"]),
+            "--single-jobs", str(SIZES["single"]), "--bulk-jobs", str(SIZES["bulk"]),
+            "--latency-jobs", str(SIZES["latency"]), "--repeat", str(repeat)]
+    args = peers_parser().parse_args(argv + (["--pg-admin", pg_admin] if pg_admin else []))
+    return run_peers(args, log=lambda line: print(f"peers: {line}", flush=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.quick", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -142,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None,
                         help="keep the result files here (default: a temporary directory)")
+    parser.add_argument("--no-peers", action="store_true", help="leave pgqueuer out")
+    parser.add_argument("--peers-pg-admin", default=None,
+                        help="as `python -m bench.peers --pg-admin` (default: the local server)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every size (a smoke run: 0.05)")
     args = parser.parse_args(argv)
@@ -167,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{backend} floors: {floors[backend]}", flush=True)
                 target.close()
                 derive_memory(out, backend, environment(target, {}))
+        peer_result = None if args.no_peers else peers(args.repeat, args.peers_pg_admin)
         docs = _report.load(out)
         print(f"\nThe README's table at bench-quick sizes ({SIZES['burndown']:,}-job burn-downs"
               f", {SIZES['steady_s']} s steady state), not `make bench`'s:")
@@ -176,6 +196,14 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(f"sizes: {SIZES}; medians of {args.repeat}; targets are stated for "
               "`make bench`'s sizes")
+        if peer_result is not None:
+            print()
+            print(peers_render.table(peer_result))
+            print()
+            print(peers_render.ratio_line(peer_result))
+            for failure in peer_result["failures"]:
+                print(f"FAILED {failure['system']} {failure['workload'] or ''}: "
+                      f"{failure['reason']}")
         print(PEERS_NOTE)
         print(f"took {time.monotonic() - began:.0f} s")
     return 0

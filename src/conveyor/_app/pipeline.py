@@ -7,7 +7,10 @@ go in as one batch (one statement, one commit), up to ``max_batch`` at a time. A
 caller pays nothing for this: with nothing in flight its job is written at once.
 
 Each caller gets its own Job back. Should a batch fail, its jobs are written again one
-by one, so that one caller's error is never another's.
+by one, so that one caller's error is never another's; unless the database itself is
+away (``DatabaseUnavailableError``): then every caller of the batch gets that error at
+once, nothing of the batch written (one transaction), rather than one more attempt, and
+one more wait for the database, per caller.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+from .._errors import DatabaseUnavailableError
 from .._job import Job
 from .._storage import JobInsert
 
@@ -71,8 +75,8 @@ class InsertPipeline:
         try:
             try:
                 jobs = await self._write([job for job, _ in batch])
-            except Exception:
-                if len(batch) == 1:
+            except Exception as exc:
+                if len(batch) == 1 or isinstance(exc, DatabaseUnavailableError):
                     raise
                 for one in batch:  # find whose job failed: each caller gets its own outcome
                     await self._write_batch([one])

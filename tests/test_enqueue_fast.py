@@ -345,3 +345,25 @@ def test_bulk_ids_follow_a_sqlalchemy_session(app: Conveyor, db_url: str) -> Non
     finally:
         engine.dispose()
     assert sorted(j.id for j in app.list_jobs(limit=1000)) == ids and len(ids) == BIG
+
+
+def test_lone_enqueues_share_their_task_template_and_nothing_else(app: Conveyor) -> None:
+    """``task.enqueue`` reuses what an earlier enqueue of the task encoded (all but the
+    arguments); options, a payload cap and other arguments are each still honoured."""
+    @app.task(tags=["a"], queue="q", priority=2)
+    def send(to: str, *, n: int = 0) -> None: ...
+
+    first, second = send.enqueue("x"), send.enqueue("y", n=5)
+    other = send.options(tags=["b"], queue="r", delay=60).enqueue("z")
+    for job in (first, second, other):
+        stored = app.get_job(job.id)
+        assert stored is not None and _comparable(stored) == _comparable(job)
+    assert (second.args, second.kwargs, second.tags, second.queue) == (["y"], {"n": 5}, ["a"], "q")
+    assert (other.tags, other.queue, other.state) == (["a", "b"], "r", JobState.SCHEDULED)
+    small = Conveyor(app.url, config=ConveyorConfig(max_payload_bytes=64))
+    small.tasks[send.name] = send  # same task object, template made under the larger cap
+    try:
+        with pytest.raises(PayloadTooLargeError):
+            small.enqueue_many([send.job("w" * 100)])
+    finally:
+        small.close()

@@ -175,8 +175,8 @@ def to_inserts(specs: Sequence[JobSpec], max_payload_bytes: int,
     """``[spec.to_insert(...) for spec in specs]``, cheaper for a batch: jobs of one task
     built with one options object (``task.job(...)`` in a loop) share every field but
     their arguments, so each one after the first encodes only those."""
-    if len(specs) == 1:  # task.enqueue(): nothing to share
-        return [specs[0].to_insert(max_payload_bytes, now)]
+    if len(specs) == 1:  # task.enqueue(): shares with the task's earlier enqueues
+        return [_single_insert(specs[0], max_payload_bytes, now)]
     templates: dict[tuple[int, int], JobInsert | None] = {}
     out: list[JobInsert] = []
     append, encode, like = out.append, _payload.encode_arguments, insert_with_arguments
@@ -202,6 +202,23 @@ def to_inserts(specs: Sequence[JobSpec], max_payload_bytes: int,
         append(like(template, *encode(template.task, spec.args, spec.kwargs,
                                       max_payload_bytes, task.codec, task.positional)))
     return out
+
+
+def _single_insert(spec: JobSpec, max_payload_bytes: int, now: float | None) -> JobInsert:
+    """``spec.to_insert(...)`` of a lone job (``task.enqueue``): a job of the task's own
+    options is its task's template with other arguments, as in ``to_inserts``; the
+    template is kept on the task (its options and defaults are frozen)."""
+    task = spec.task
+    if spec.options is not task._opts or not spec._shares_template():
+        return spec.to_insert(max_payload_bytes, now)
+    kept = task._template
+    if kept is None or kept[0] != max_payload_bytes:
+        insert = spec.to_insert(max_payload_bytes, now)
+        task._template = (max_payload_bytes, insert)
+        return insert
+    template = kept[1]
+    return insert_with_arguments(template, *_payload.encode_arguments(
+        template.task, spec.args, spec.kwargs, max_payload_bytes, task.codec, task.positional))
 
 
 class _Enqueuer(Generic[P]):
@@ -230,7 +247,7 @@ class _Enqueuer(Generic[P]):
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Async twin of ``enqueue``. Example: ``await send_email.enqueue_async("a@b.c")``"""
         opts = self._split_connection(kwargs)
-        spec = JobSpec(self._task, args, kwargs, opts)
+        spec = _make_spec(self._task, args, kwargs, opts)
         self._task.check_arguments(args, kwargs)
         jobs = await self._task.enqueuer.enqueue_many_async([spec], connection=opts.connection)
         return jobs[0]
@@ -270,6 +287,9 @@ class Task(_Enqueuer[P], Generic[P, R]):
         #: Argument shapes (positional count, keyword names) known to fit the signature.
         self._fits: set[tuple[int, tuple[str, ...]]] = set()
         self._task, self._opts = self, EnqueueOptions()
+        #: (max_payload_bytes, insert) of a job of the task's own options, for
+        #: ``_single_insert``.
+        self._template: tuple[int, JobInsert] | None = None
 
     def _check_key_functions(self) -> None:
         """Each key function takes every call this task takes (refused now, not job by

@@ -367,3 +367,32 @@ def test_lone_enqueues_share_their_task_template_and_nothing_else(app: Conveyor)
             small.enqueue_many([send.job("w" * 100)])
     finally:
         small.close()
+
+
+@pytest.mark.parametrize("api", ["sync", "async", "ids", "ids_async"])
+def test_a_job_refused_late_in_a_large_batch_writes_nothing_of_it(
+        app: Conveyor, api: str) -> None:
+    """On PostgreSQL the COPY starts before the last jobs are encoded (``LazyInserts``):
+    one refused there aborts it, rolled back whole; the connection serves the next."""
+    @app.task
+    def noop(i: Any) -> None: ...
+
+    def enqueue(specs: list[Any]) -> Any:
+        if api == "sync":
+            return app.enqueue_many(specs)
+        if api == "ids":
+            return app.enqueue_many_ids(specs)
+        many = app.enqueue_many_async if api == "async" else app.enqueue_many_ids_async
+        return asyncio.run(many(specs))
+
+    noop.enqueue(-1)  # the sync API's storage open: the blocking path is taken
+    specs = [noop.job(i) for i in range(2 * BIG)] + [noop.job(object())]
+    with pytest.raises(TypeError):
+        enqueue(specs)
+    specs = [noop.job("x" * 2_000_000)] if api == "sync" else []
+    if specs:
+        with pytest.raises(PayloadTooLargeError):
+            enqueue([noop.job(i) for i in range(BIG)] + specs)
+    assert app.count_jobs()["available"] == 1
+    assert len(enqueue([noop.job(i) for i in range(BIG)])) == BIG
+    assert app.count_jobs()["available"] == 1 + BIG

@@ -41,6 +41,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conveyor._storage.composition", "conveyor._storage.control_types",
         "conveyor._storage.cooldown_types", "conveyor._storage.freelist",
         "conveyor._storage.gcra", "conveyor._storage.job_types",
+        "conveyor._storage.lazy_inserts",
         "conveyor._storage.metric_types", "conveyor._storage.protocol",
         "conveyor._storage.rows", "conveyor._storage.schema", "conveyor._storage.testdb",
         "conveyor._storage.toolkit", "conveyor._storage.unique", "conveyor._storage.wake",

@@ -17,6 +17,7 @@ from .._limits import KeyFunc, RateLimit, Unique
 from .._storage import (
     JobInsert,
     JobListParams,
+    LazyInserts,
     Storage,
 )
 from .._task import JobSpec, Task, TaskDecorator, TaskOptions, to_inserts
@@ -42,19 +43,39 @@ class JobsApp(ResultsApp):
 
     # -- enqueue ------------------------------------------------------------------------------
 
-    def _batches(self, specs: Sequence[JobSpec]) -> list[list[JobInsert]]:
-        """Validate every job, then split them in batches of at most ``max_batch``."""
+    def _batches(self, specs: Sequence[JobSpec], lazy: bool = False
+                 ) -> list[Sequence[JobInsert]]:
+        """Validate every job, then split them in batches of at most ``max_batch``.
+
+        ``lazy`` (a write of the app's own, not in a caller's transaction): on
+        PostgreSQL one batch of several jobs is made as the COPY reads it
+        (``LazyInserts``), so the server inserts while the rest is encoded; a job
+        refused then aborts the COPY, and nothing is written either."""
         if isinstance(specs, JobSpec) or not isinstance(specs, Sequence):
             raise TypeError("enqueue_many takes a list of jobs built with task.job(...)")
         for spec in specs:
             if not isinstance(spec, JobSpec):
                 raise TypeError(f"expected a job built with task.job(...), got {spec!r}")
         now = self.clock.time() if self.clock is not None else None
+        size = self.config.max_batch
+        if lazy and self.dialect == "postgres" and 1 < len(specs) <= size:
+            return [self._lazy(specs, now)]
+        inserts = self._inserts(specs, now)
+        return [inserts[i:i + size] for i in range(0, len(inserts), size)]
+
+    def _inserts(self, specs: Sequence[JobSpec], now: float | None) -> list[JobInsert]:
         inserts = to_inserts(specs, self.config.max_payload_bytes, now)
         if self.hooks.enqueue_hooks:
             inserts = [self._with_hooks(insert) for insert in inserts]
-        size = self.config.max_batch
-        return [inserts[i:i + size] for i in range(0, len(inserts), size)]
+        return inserts
+
+    def _lazy(self, specs: Sequence[JobSpec], now: float | None) -> LazyInserts:
+        plain = all(s.task.defaults.unique is None and s.options.unique_key is None
+                    for s in specs)
+        queues = frozenset(s.task.defaults.queue if s.options.queue is None else s.options.queue
+                           for s in specs)
+        return LazyInserts(len(specs), lambda start, stop: self._inserts(specs[start:stop], now),
+                           plain=plain, queues=queues)
 
     def _insert(self, spec: JobSpec, now: float | None = None) -> JobInsert:
         """One job's insert, as ``_batches`` builds them (the workflow paths use it)."""
@@ -76,7 +97,7 @@ class JobsApp(ResultsApp):
         ``Connection``, ``AsyncSession`` or ``AsyncConnection`` on one) every batch runs
         in the caller's transaction, so all the jobs commit or roll back with it.
         """
-        batches = self._batches(specs)
+        batches = self._batches(specs, lazy=connection is None)
         if connection is not None:
             raw = await caller_connection_async(connection, self.dialect)
             if type(raw).__module__.startswith("aiosqlite."):
@@ -116,7 +137,7 @@ class JobsApp(ResultsApp):
                 [j for b in batches for j in self._offline.job_insert_many_sync(b, raw)])
         storage = self._blocking_storage()
         if storage is not None:
-            batches = self._batches(specs)
+            batches = self._batches(specs, lazy=True)
             return self._bound(
                 [job for b in batches for job in storage.job_insert_many_blocking(b)])
         return self._sync(self.enqueue_many_async(specs))
@@ -131,7 +152,7 @@ class JobsApp(ResultsApp):
 
         Example: ``ids = await app.enqueue_many_ids_async([resize.job(p) for p in paths])``
         """
-        batches = self._batches(specs)
+        batches = self._batches(specs, lazy=connection is None)
         if connection is not None:
             raw = await caller_connection_async(connection, self.dialect)
             if type(raw).__module__.startswith("aiosqlite."):
@@ -152,7 +173,7 @@ class JobsApp(ResultsApp):
             return [j.id for b in batches for j in self._offline.job_insert_many_sync(b, raw)]
         storage = self._blocking_storage()
         if storage is not None:
-            batches = self._batches(specs)
+            batches = self._batches(specs, lazy=True)
             return [i for b in batches for i in storage.job_insert_ids_blocking(b)]
         return self._sync(self.enqueue_many_ids_async(specs))
 

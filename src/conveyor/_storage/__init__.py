@@ -56,6 +56,7 @@ from .job_types import (
     StagedJob,
     StateCount,
 )
+from .lazy_inserts import LazyInserts
 from .metric_types import (
     DepthPoint,
     MetricPoint,
@@ -175,6 +176,7 @@ __all__ = [
     "JobQueueDeleteParams",
     "JobRescueExpiredParams",
     "JobSearchParams",
+    "LazyInserts",
     "LeaderElectParams",
     "LeaderResignParams",
     "LeaderRow",

@@ -34,6 +34,7 @@ from psycopg.rows import tuple_row
 
 from ..._job import Job
 from ..job_types import JobInsert
+from ..lazy_inserts import queues_of
 
 #: Batches at least this large go through COPY; smaller ones through one INSERT. COPY
 #: takes four round trips (BEGIN, reserve, COPY, COMMIT) where the autocommitted INSERT
@@ -155,7 +156,7 @@ def _stream(jobs: Sequence[JobInsert], ids: Sequence[int], now: datetime,
 
 
 def _reserve_values(jobs: Sequence[JobInsert], channel: str) -> dict[str, Any]:
-    return {"count": len(jobs), "queues": sorted({j.queue for j in jobs}), "channel": channel}
+    return {"count": len(jobs), "queues": queues_of(jobs), "channel": channel}
 
 
 async def copy_async(conn: psycopg.AsyncConnection[Any], queries: Mapping[str, str],

@@ -37,6 +37,7 @@ from ..job_types import (
     JobInsert,
     JobProgress,
 )
+from ..lazy_inserts import is_plain
 from ..metric_types import MetricRow
 from ..rows import job_from_row, leader_row, sort_for_claim
 from ..unique import run_async, run_sync, unique_insert
@@ -60,9 +61,8 @@ def _floats(values: Iterable[float | None]) -> list[float | None]:
     return [None if v is None else float(v) for v in values]
 
 
-def _plain(jobs: Sequence[JobInsert]) -> bool:
-    """A batch the plain paths take: not empty, and no unique key to check."""
-    return bool(jobs) and all(j.unique_key is None for j in jobs)
+#: A batch the plain paths take: not empty, and no unique key to check.
+_plain = is_plain
 
 
 class PostgresStorage(PostgresPools):

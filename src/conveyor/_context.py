@@ -18,15 +18,13 @@ from ._job import Job
 
 class CancelFlag:
     """Set once, read from any thread: all a handler's context needs of an Event, at a
-    tenth of the cost of creating one (a context is made for every job)."""
+    tenth of the cost of creating one (a context is made for every job). Its values
+    start as class attributes: making one runs no ``__init__``."""
 
-    __slots__ = ("_seen", "_set")
-
-    def __init__(self) -> None:
-        self._set = False
-        #: True once the handler read ``cancelled`` while it was set: a return after
-        #: that answers the cancel; a return without it finished the work.
-        self._seen = False
+    _set = False
+    #: True once the handler read ``cancelled`` while it was set: a return after
+    #: that answers the cancel; a return without it finished the work.
+    _seen = False
 
     def set(self) -> None:
         self._set = True

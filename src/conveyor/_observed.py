@@ -46,8 +46,9 @@ class Attempt(Protocol):
     def run_time(self) -> float | None: ...
 
 
-#: Called for every outcome a worker wrote (the fence held), with its attempt.
-OutcomeListener = Callable[[Attempt, JobAck], None]
+#: Called once per ack flush with the outcomes a worker wrote (the fence held), each
+#: with its attempt (a batch, so that a listener pays per flush what it can).
+OutcomeListener = Callable[[Sequence[tuple[Attempt, JobAck]]], None]
 #: Finds the attempt an outcome belongs to (the worker's executions).
 AttemptLookup = Callable[[int], Attempt | None]
 
@@ -90,7 +91,8 @@ class ObservedStorage:
         return view
 
     def on_outcome(self, listener: OutcomeListener) -> Callable[[], None]:
-        """Call ``listener(attempt, ack)`` for each outcome written through this view."""
+        """Call ``listener([(attempt, ack), ...])`` with the outcomes of each ack flush
+        written through this view."""
         self._outcome_listeners.append(listener)
         return lambda: self._outcome_listeners.remove(listener)
 
@@ -161,25 +163,43 @@ class ObservedStorage:
         return applied
 
     def _outcomes(self, acks: Sequence[JobAck], applied: set[int]) -> None:
-        listening = bool(self.hooks.listeners)
+        """One batch's written outcomes: the outcome listeners get them in one call, and
+        events are built only when someone listens (this runs for every ack flush)."""
+        find = self._attempts
+        claimed = self._claimed
+        if not self.hooks.listeners:
+            if claimed:  # claimed while someone listened: forget them all the same
+                for ack in acks:
+                    if ack.id in applied:
+                        claimed.pop(ack.id, None)
+            if self._outcome_listeners and find is not None:
+                self._tell([(attempt, ack) for ack in acks if ack.id in applied
+                            and (attempt := find(ack.id)) is not None])
+            return
+        outcomes: list[tuple[Attempt, JobAck]] = []
         changes: list[StateChange] = []
         for ack in acks:
             if ack.id not in applied:
                 continue
-            attempt = self._attempts(ack.id) if self._attempts is not None else None
-            claimed = self._claimed.pop(ack.id, None)
+            attempt = find(ack.id) if find is not None else None
+            job = claimed.pop(ack.id, None)
             if attempt is not None:
-                for listener in self._outcome_listeners:
-                    listener(attempt, ack)
-            job = attempt.job if attempt is not None else claimed
-            if listening and job is not None:
+                outcomes.append((attempt, ack))
+                job = attempt.job
+            if job is not None:
                 error = json.loads(ack.error_json).get("error") if ack.error_json else None
                 changes.append(StateChange(
                     job.id, job.task, job.queue, job.attempt, ack.state, JobState.RUNNING,
                     self.source, error, attempt.run_time if attempt is not None else None,
                     self.node))
+        self._tell(outcomes)
         if changes:
             self._emit(changes)
+
+    def _tell(self, outcomes: list[tuple[Attempt, JobAck]]) -> None:
+        if outcomes:
+            for listener in self._outcome_listeners:
+                listener(outcomes)
 
     # -- services ----------------------------------------------------------------------------
 

@@ -35,9 +35,11 @@ class Acker:
         self.flushes = 0
 
     def push(self, ack: JobAck) -> None:
-        self._pending.append(ack)
-        self._idle.clear()
-        self._wake.set()
+        pending = self._pending
+        pending.append(ack)
+        if len(pending) == 1:  # the first of a batch: the others find both done already
+            self._idle.clear()
+            self._wake.set()
 
     @property
     def pending(self) -> int:

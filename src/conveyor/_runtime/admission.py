@@ -43,8 +43,20 @@ class Admission:
                            attempt_delta=-1))
 
     async def admit(self, jobs: list[Job], producer: Producer) -> list[Job]:
+        if producer.rate_limit is None and not self._limited({job.task for job in jobs}):
+            return jobs  # the common claim: per task, not per job, and no round trip
         jobs = await self._slots(jobs)
         return await self._rates(jobs, producer.rate_limit, producer.queue)
+
+    def _limited(self, names: set[str]) -> bool:
+        """Whether a task of these names has a concurrency or rate limit (an unknown
+        task has none: the executor gives its job back)."""
+        for name in names:
+            task = self._tasks.get(name)
+            if task is not None and (task.defaults.concurrency or
+                                     task.defaults.rate_limit is not None):
+                return True
+        return False
 
     async def _slots(self, jobs: list[Job]) -> list[Job]:
         groups: dict[str, list[Job]] = defaultdict(list)

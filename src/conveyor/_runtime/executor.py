@@ -14,6 +14,7 @@ import random
 import socket
 import time
 import traceback
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -62,7 +63,7 @@ class Execution:
     #: Seconds the attempt ran, once it is over.
     run_time: float | None = None
     #: The handler's arguments, decoded from the job's (``call_arguments``).
-    args: list[Any] = dataclasses.field(default_factory=list)
+    args: Sequence[Any] = ()
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def stop(self, reason: StopReason) -> None:
@@ -239,6 +240,8 @@ class Executor:
         try:
             if self._registry.hooks.middleware:
                 result = await self._registry.hooks.run(ex.ctx, lambda: self._call_noted(ex, task))
+            elif task.is_async and task.defaults.timeout is None:  # the plain job: no frame
+                result = await task.fn(*ex.args, **ex.kwargs)
             else:  # no middleware: skip a coroutine and a closure per job
                 result = await self._call(ex, task)
         except Snooze as s:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from .._job import JobState
@@ -77,17 +77,31 @@ class Metrics(Service):
 
     def finished(self, attempt: Attempt, ack: JobAck) -> None:
         """An outcome of this worker was written (the fence held)."""
-        if self.enabled:
+        self.finished_many([(attempt, ack)])
+
+    def finished_many(self, outcomes: Sequence[tuple[Attempt, JobAck]]) -> None:
+        """One ack flush's written outcomes: the minute is read once per flush and each
+        outcome only bumps its cell's counters (this runs for every job)."""
+        if not self.enabled or not outcomes:
+            return
+        minute = minute_of(self._clock())
+        cells = self._cells
+        for attempt, ack in outcomes:
             job = attempt.job
+            key = (minute, job.queue, job.task)
+            cell = cells.get(key)
+            if cell is None:
+                cell = cells[key] = _Cell()
             latency = None
             if job.attempted_at is not None:
                 latency = max((job.attempted_at - job.scheduled_at).total_seconds(), 0.0)
-            self.record(job.queue, job.task, outcome_of(ack), attempt.run_time, latency)
+            outcome = "completed" if ack.state is JobState.COMPLETED else outcome_of(ack)
+            cell.add(outcome, attempt.run_time, latency)
 
     def record(self, queue: str, task: str, outcome: str, run_time: float | None,
                latency: float | None) -> None:
-        """Count one attempt; runs per job, so it only bumps one cell's counters (the
-        rows are expanded from the cells once per flush, in ``_fold``)."""
+        """Count one attempt; it only bumps one cell's counters (the rows are expanded
+        from the cells once per flush, in ``_fold``)."""
         key = (minute_of(self._clock()), queue, task)
         cell = self._cells.get(key)
         if cell is None:
@@ -163,12 +177,18 @@ class _Cell:
         self.latency: list[float] = [0.0] * (len(BOUNDS) + 3)
 
     def add(self, outcome: str, run_time: float | None, latency: float | None) -> None:
-        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
-        for acc, value in ((self.runtime, run_time), (self.latency, latency)):
-            if value is not None:
-                acc[0] += value
-                acc[1] += 1
-                acc[2 + bucket_index(value)] += 1
+        outcomes = self.outcomes
+        outcomes[outcome] = outcomes.get(outcome, 0) + 1
+        if run_time is not None:
+            acc = self.runtime
+            acc[0] += run_time
+            acc[1] += 1
+            acc[2 + bucket_index(run_time)] += 1
+        if latency is not None:
+            acc = self.latency
+            acc[0] += latency
+            acc[1] += 1
+            acc[2 + bucket_index(latency)] += 1
 
     def samples(self) -> list[tuple[str, float]]:
         out = [(outcome, float(n)) for outcome, n in self.outcomes.items()]

@@ -77,7 +77,7 @@ class Worker:
         for producer in self.producers.values():
             producer.unacked = self._unacked
         self.services = self._services(registry, observed, config)
-        storage.on_outcome(self.metrics.finished)
+        storage.on_outcome(self.metrics.finished_many)
         self.completed = 0
 
     def _services(self, registry: Registry, observed: ObservedStorage,
@@ -154,10 +154,13 @@ class Worker:
             self.stager.stage_in(ack.delay)
 
     def _on_flushed(self, acks: list[JobAck], applied: set[int]) -> None:
-        for ack in acks:  # metrics and listeners already saw them, in the observed storage
-            self._executions.pop(ack.id, None)
-            if ack.id not in applied:
-                log.warning("outcome of job %d rejected by the fence (lease lost)", ack.id)
+        forget = self._executions.pop  # metrics and listeners saw them, in the observed storage
+        for ack in acks:
+            forget(ack.id, None)
+        if len(applied) < len(acks):  # applied holds ids of acks only: some were refused
+            for ack in acks:
+                if ack.id not in applied:
+                    log.warning("outcome of job %d rejected by the fence (lease lost)", ack.id)
         self.completed += len(applied)
         for producer in self.producers.values():  # a claim may have waited for this flush
             producer.wake()

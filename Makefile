@@ -25,7 +25,7 @@
 #                  interleaved A/B rounds of two commits and prints the ratio for the commit
 #                  message (`python -m bench.ab --help` lists the cases)
 #   make bench-peers  Conveyor beside the Python queues of issue 29 in one run (bench/peers/:
-#                  pgqueuer, procrastinate; the others of issue 29 to come), each in a
+#                  pgqueuer, procrastinate, chancy, celery, dramatiq, rq, huey, saq), each in a
 #                  venv of its own from PyPI (cached in ~/.cache/conveyor-bench-peers), on the
 #                  local PostgreSQL and Redis; writes bench/results/peers.json and prints the
 #                  table (`python -m bench.peers --render bench/results/peers.json` prints

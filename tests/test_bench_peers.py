@@ -5,6 +5,8 @@ pgqueuer runner beside Conveyor's at a tiny size, in pgqueuer's own venv."""
 from __future__ import annotations
 
 import json
+import shutil
+import socket
 import sys
 from collections import Counter
 from pathlib import Path
@@ -13,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 from bench.peers import __main__ as peers
-from bench.peers import _driver, _render, _runner, _systems, _venv
+from bench.peers import _driver, _render, _runner, _services, _systems, _venv
 
 
 def test_the_defaults_are_the_issues_sizes_and_every_peer() -> None:
@@ -22,16 +24,18 @@ def test_the_defaults_are_the_issues_sizes_and_every_peer() -> None:
         20_000, 2_000, 50_000, 200, 3)
     keys = [s.key for s in peers.plan(args)]
     assert keys[:2] == ["conveyor-sqlite", "conveyor-postgres"]
-    assert {"pgqueuer", "procrastinate"} <= set(keys)
+    assert {"pgqueuer", "procrastinate", "chancy", "celery", "dramatiq", "rq", "huey-redis",
+            "huey-sqlite", "saq"} <= set(keys)
     for system in _systems.PEERS:  # every peer's venv is pinned to one release
         assert system.version, system.key
 
 
 def test_peers_and_workloads_are_chosen_and_unknown_names_refused() -> None:
-    args = peers.parser().parse_args(["--peers", "pgqueuer", "--conveyor", "postgres",
+    args = peers.parser().parse_args(["--peers", "pgqueuer,huey", "--conveyor", "postgres",
                                       "--workloads", "bulk,e2e", "--jobs", "500"])
     plan = {s.key: s.workloads for s in peers.plan(args)}
-    assert plan == {"conveyor-postgres": ("e2e", "bulk"), "pgqueuer": ("e2e", "bulk")}
+    assert plan == {"conveyor-postgres": ("e2e", "bulk"), "pgqueuer": ("e2e", "bulk"),
+                    "huey-redis": ("e2e",), "huey-sqlite": ("e2e",)}  # huey: no bulk API
     for bad in (["--peers", "sidekiq"], ["--conveyor", "mysql"], ["--workloads", "steady"]):
         with pytest.raises(ValueError):
             peers.plan(peers.parser().parse_args(bad))
@@ -94,6 +98,8 @@ def sample() -> dict[str, Any]:
             latency=[_run(True, p50_ms=4.0, p99_ms=5.0)]),
         "celery": _entry("celery {version} (Redis, threads pool)", {"celery": "5.7.0"},
                          e2e=[_run(False, jobs_per_s=50.0)]),
+        "rq": _entry("rq {version} (Redis, a fork per job)", {"rq": "3.0.0"},
+                     e2e=[_run(True, jobs_per_s=100.0, jobs=2000)]),
         "saq": {"label": "saq {version} (Redis)", "failed": "no venv: offline",
                 "packages": ["saq[redis]==0.26.4"], "workloads": {}},
     }
@@ -119,6 +125,7 @@ def test_a_failed_run_is_no_figure_and_is_listed() -> None:
         "| pgqueuer 1.6.0 (PostgreSQL, asyncpg)"]
     assert "| failed (1 of 1 failed) | - | - |" in rows["| celery 5.7.0 (Redis, threads pool)"]
     assert "failed: no venv: offline" in rows["| saq 0.26.4 (Redis)"]
+    assert "| 100 (2,000 jobs) | - |" in rows["| rq 3.0.0 (Redis, a fork per job)"]
 
 
 def test_the_readme_section_renders_from_a_result_file(tmp_path: Path,
@@ -179,3 +186,20 @@ def test_pgqueuer_beside_conveyor_at_a_tiny_size(postgres_admin_url: str, tmp_pa
     with psycopg.connect(postgres_admin_url) as conn:  # its scratch database was dropped
         assert conn.execute("SELECT count(*) FROM pg_database WHERE datname = %s",
                             [_driver.database_name(pgq)]).fetchone() == (0,)
+
+
+def test_without_a_local_redis_one_is_started_for_the_run(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    if not shutil.which("redis-server"):
+        pytest.skip("no redis-server here (the benchmark would apt-get install it)")
+    with socket.socket() as sock:  # a port nothing answers on
+        sock.bind(("127.0.0.1", 0))
+        silent = sock.getsockname()
+    monkeypatch.setattr(_services, "LOCAL_REDIS", silent)
+    with _services.redis() as info:
+        assert "a redis-server started for this run" in info["source"]
+        assert info["version"]
+        _services.flush_redis(info["url"])
+        port = int(info["url"].rsplit(":", 1)[1].split("/")[0])
+        assert _services.redis_answers("127.0.0.1", port)
+    assert not _services.redis_answers("127.0.0.1", port)

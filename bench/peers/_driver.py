@@ -90,7 +90,8 @@ def _execute(argv: list[str], env: dict[str, str], timeout: float) -> tuple[str,
 
 def run_once(system: System, python: Path, workload: str, ctx: Context) -> dict[str, Any]:
     """One run of ``workload``: its runner's result, or ``ok: False`` and the reason."""
-    config = {"workload": workload, "jobs": ctx.sizes[workload], "spacing_s": ctx.spacing_s,
+    jobs = min(ctx.sizes[workload], system.caps.get(workload, ctx.sizes[workload]))
+    config = {"workload": workload, "jobs": jobs, "spacing_s": ctx.spacing_s,
               **system.options, **_reset(system, ctx)}
     path = f"{ROOT / 'src'}{os.pathsep}{ROOT}" if not system.packages else str(ROOT)
     env = {**os.environ, "PYTHONPATH": path}
@@ -132,7 +133,8 @@ def measure(systems: list[System], ctx: Context, repeat: int) -> dict[str, Any]:
     pythons: dict[str, Path] = {}
     for system in systems:
         entries[system.key] = {"label": system.label, "peer": system.peer,
-                               "packages": list(system.packages), "workloads": {}}
+                               "packages": list(system.packages), "caps": system.caps,
+                               "workloads": {}}
         try:
             began = time.monotonic()
             pythons[system.key] = _venv.ensure(system)

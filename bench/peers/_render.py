@@ -31,12 +31,18 @@ def _failed_note(entry: dict[str, Any], workloads: tuple[str, ...]) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
-def _rate_cell(entry: dict[str, Any], workload: str) -> str:
+def _size_note(entry: dict[str, Any], workload: str, size: int | None) -> str:
+    """The size a peer ran when it was capped below the run's (``System.caps``)."""
+    ran = {r.get("jobs") for r in entry["workloads"][workload]["runs"] if r.get("jobs")}
+    return f" ({min(ran):,} jobs)" if size and ran and min(ran) != size else ""
+
+
+def _rate_cell(entry: dict[str, Any], workload: str, size: int | None = None) -> str:
     if workload not in entry.get("workloads", {}):
         return "-"
     value = median(entry, workload, "jobs_per_s")
     cell = f"{value:,.0f}" if value is not None else "failed"
-    return cell + _failed_note(entry, (workload,))
+    return cell + _size_note(entry, workload, size) + _failed_note(entry, (workload,))
 
 
 def _latency_cell(entry: dict[str, Any]) -> str:
@@ -77,8 +83,11 @@ def table(result: dict[str, Any]) -> str:
         if entry.get("failed"):
             lines.append(f"| {label(entry)} | failed: {entry['failed'][:80]} | | | | |")
             continue
-        lines.append(f"| {label(entry)} | {_rate_cell(entry, 'e2e')} "
-                     f"| {_rate_cell(entry, 'single')} | {_rate_cell(entry, 'bulk')} "
+        sizes = {w: params.get(k) for w, k in (("e2e", "jobs"), ("single", "single_jobs"),
+                                               ("bulk", "bulk_jobs"))}
+        lines.append(f"| {label(entry)} | {_rate_cell(entry, 'e2e', sizes['e2e'])} "
+                     f"| {_rate_cell(entry, 'single', sizes['single'])} "
+                     f"| {_rate_cell(entry, 'bulk', sizes['bulk'])} "
                      f"| {_latency_cell(entry)} | {_ratio_cell(systems, key)} |")
     return "\n".join(lines)
 

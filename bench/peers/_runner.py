@@ -13,6 +13,7 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -47,7 +48,8 @@ class Tally:
 
     ``path`` set: each call is also appended to that file as ``i start end`` (one
     ``write`` of an ``O_APPEND`` file: whole lines even from forked or other processes),
-    for peers whose handlers do not run in the runner's process.
+    for peers whose handlers do not run in the runner's process. Thread-safe: some
+    peers run handlers on threads of their own.
     """
 
     def __init__(self, path: str | None = None) -> None:
@@ -56,6 +58,7 @@ class Tally:
         self.last_end = 0.0
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND) if path else None
+        self._lock = threading.Lock()
 
     def hit(self, i: int, began: float | None = None) -> None:
         """One handler call for argument ``i`` (``began``: its start, time.time())."""
@@ -64,14 +67,18 @@ class Tally:
         if self._fd is not None:
             os.write(self._fd, f"{i} {began!r} {now!r}\n".encode())
             return
-        self.calls[i] += 1
-        self.started.setdefault(i, began)
-        self.last_end = max(self.last_end, now)
+        with self._lock:
+            self.calls[i] += 1
+            self.started.setdefault(i, began)
+            self.last_end = max(self.last_end, now)
 
     def load(self) -> None:
-        """Read back the calls other processes appended to ``path``."""
+        """Read back (anew) the calls other processes appended to ``path``."""
         if not self.path:
             return
+        self.calls.clear()
+        self.started.clear()
+        self.last_end = 0.0
         with open(self.path, encoding="ascii") as f:
             for line in f:
                 i, began, ended = line.split()
@@ -80,7 +87,34 @@ class Tally:
                 self.last_end = max(self.last_end, float(ended))
 
     def count(self) -> int:
+        """Calls so far (those in the file too, when other processes append to one)."""
+        if self.path:
+            with open(self.path, "rb") as f:
+                return f.read().count(b"\n")
         return sum(self.calls.values())
+
+
+#: The environment variable naming the tally file of handlers in other processes.
+TALLY_ENV = "CONVEYOR_PEERS_TALLY"
+_shared: Tally | None = None
+
+
+def shared_tally() -> Tally:
+    """The tally of this process's handlers when they run in processes the peer made
+    (forked or spawned): appended to the file ``$CONVEYOR_PEERS_TALLY`` names."""
+    global _shared
+    if _shared is None or _shared.path != os.environ.get(TALLY_ENV):
+        _shared = Tally(os.environ[TALLY_ENV])
+    return _shared
+
+
+def file_tally(workdir: str) -> Tally:
+    """A tally read back from a file that handlers in other processes append to (the
+    path exported for them through ``$CONVEYOR_PEERS_TALLY``)."""
+    path = os.path.join(workdir, "tally.txt")
+    open(path, "w").close()
+    os.environ[TALLY_ENV] = path
+    return Tally(path)
 
 
 def exactly_once(calls: Counter[int], wanted: Iterable[int]) -> dict[str, Any]:

@@ -30,6 +30,9 @@ class System:
     workloads: tuple[str, ...] = WORKLOADS
     #: The distribution whose version names the label and the venv.
     dist: str = ""
+    #: Largest size per workload, for a peer too slow for the run's sizes (its table
+    #: cell names the size it ran).
+    caps: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def version(self) -> str:
@@ -54,6 +57,28 @@ PEERS = (
     System("procrastinate", "procrastinate", "procrastinate {version} (PostgreSQL)",
            "run_procrastinate", ("procrastinate==3.10.0", "psycopg[binary,pool]"),
            ("postgres",), dist="procrastinate"),
+    System("chancy", "chancy", "chancy {version} (PostgreSQL, async executor)", "run_chancy",
+           ("chancy==0.26.0", "psycopg[binary,pool]"), ("postgres",), dist="chancy"),
+    System("celery", "celery", "celery {version} (Redis, threads pool)", "run_celery",
+           ("celery[redis]==5.7.0",), ("redis",), workloads=("e2e", "single", "latency"),
+           dist="celery"),
+    System("dramatiq", "dramatiq", "dramatiq {version} (Redis)", "run_dramatiq",
+           ("dramatiq[redis]==2.2.1",), ("redis",), workloads=("e2e", "single", "latency"),
+           dist="dramatiq"),
+    # its default worker forks for every job (tens of jobs/s here): 20,000 would take
+    # longer than the rest of the run together
+    System("rq", "rq", "rq {version} (Redis, a fork per job)", "run_rq", ("rq==3.0.0",),
+           ("redis",), dist="rq", caps={"e2e": 2_000}),
+    System("huey-redis", "huey", "huey {version} (Redis)", "run_huey",
+           ("huey==3.5.4", "redis"), ("redis",), {"storage": "redis"},
+           ("e2e", "single", "latency"), dist="huey"),
+    System("huey-sqlite", "huey", "huey {version} (SQLite)", "run_huey",
+           ("huey==3.5.4", "redis"), ("workdir",), {"storage": "sqlite"},
+           ("e2e", "single", "latency"), dist="huey"),
+    # saq 0.26.4 imports typing_extensions without requiring it
+    System("saq", "saq", "saq {version} (Redis)", "run_saq",
+           ("saq[redis]==0.26.4", "typing_extensions"), ("redis",),
+           workloads=("e2e", "single", "latency"), dist="saq"),
 )
 
 PEER_NAMES = tuple(dict.fromkeys(s.peer for s in PEERS))

@@ -120,7 +120,8 @@ class ConveyorConfig:
     #: Cap on a stored error message and on a stored traceback, per attempt.
     max_error_chars: int = 4_000
     max_traceback_chars: int = 16_000
-    #: Largest batch a single enqueue_many call may carry.
+    #: Most jobs per transaction of enqueue_many (a longer list is split, each batch
+    #: committed on its own) and per shared batch of concurrent enqueue_async calls.
     max_batch: int = 10_000
     #: PostgreSQL connection pool size of this process.
     pool_max_size: int = 10

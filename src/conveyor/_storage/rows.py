@@ -15,12 +15,12 @@ same goes for ``JobInsert`` (one per enqueued job) and ``JobAck`` (one per outco
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from .._job import Job, JobState
+from .._job import Job, JobState, JsonText
+from .._job import loads as loads  # its home is the model; storage code imports it here
 from .control_types import LeaderRow, NodeRow, QueueRow, ScheduleRow
 from .job_types import JobAck, JobInsert
 
@@ -103,32 +103,6 @@ insert_with_arguments: Callable[..., JobInsert] = fast_replacer(
     JobInsert, "args_json", "kwargs_json")
 
 
-_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-
-
-def loads(text: str | None, unreadable: Any = None) -> Any:
-    """``json.loads``, a few times faster on short compact documents: the values most
-    columns hold are answered without parsing, and the rest go straight to the C
-    scanner, skipping ``json.loads``'s whitespace regexes (padding, trailing data and
-    errors are left to ``json.loads``). A value that cannot be read gives
-    ``unreadable``: a row written around the API must not block the queue (the worker
-    discards a job whose args are unreadable)."""
-    if text is None:
-        return None
-    if text == "[]":
-        return []
-    if text == "{}":
-        return {}
-    try:
-        try:
-            value, end = _scan(text, 0)
-        except StopIteration:
-            return json.loads(text)
-        return value if end == len(text) else json.loads(text)
-    except (ValueError, RecursionError):
-        return unreadable
-
-
 class Timestamps:
     """Unix seconds to aware datetimes, memoised: a batch shares a few distinct values."""
 
@@ -184,6 +158,75 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
                  progress_message=None if i_pmsg is None else r[i_pmsg])
         for r in rows
     ]
+
+
+#: The columns a claim returns, in this order; ``claim_returning`` renders them into
+#: both dialects' ``job_fetch_available``. The other Job fields are the same for every
+#: claimed job (``CLAIM_CONSTANTS``); columns no Job field holds are never read.
+CLAIM_COLUMNS = (
+    "id", "task", "queue", "args", "kwargs", "priority", "attempt", "max_attempts",
+    "scheduled_at", "created_at", "attempted_at", "errors", "tags", "meta", "lease_token",
+    "lease_expires_at", "cancel_requested", "unique_key", "concurrency_key", "ran_on",
+    "run_time", "workflow_id", "batch_id", "deps_pending", "progress", "progress_message",
+)
+#: JSON columns, read as text on both dialects and decoded by the Job on first access.
+CLAIM_JSON = frozenset({"args", "kwargs", "errors", "tags", "meta"})
+#: Timestamp columns: unix seconds on SQLite, converted once per distinct value.
+CLAIM_TIMES = frozenset({"scheduled_at", "created_at", "attempted_at", "lease_expires_at"})
+#: Job fields a claim does not read, as Python expressions (``owner``: the claimer's
+#: id, which the claim writes into ``lease_owner``). A claimed job is running, not
+#: finished, and has no result yet.
+CLAIM_CONSTANTS = {"state": "_RUNNING", "finished_at": "None", "result": "None",
+                   "lease_owner": "owner", "duplicate": "False", "_waiter": "None"}
+
+
+def claim_returning(dialect: str) -> str:
+    """The RETURNING list of a claim (``{claim_columns}`` in its SQL): JSON columns as
+    text on PostgreSQL too, so that decoding waits for the handler."""
+    if dialect == "sqlite":
+        return ", ".join(CLAIM_COLUMNS)
+    return ", ".join(f"j.{c}::text AS {c}" if c in CLAIM_JSON else f"j.{c}"
+                     for c in CLAIM_COLUMNS)
+
+
+def _compile_claimed(seconds: bool) -> Callable[[Iterable[Sequence[Any]], str], list[Job]]:
+    """``claimed(rows, owner)``: Jobs from claim rows (``CLAIM_COLUMNS`` in order), each
+    slot set straight from its column, as ``make_job`` does without the keyword call.
+    ``seconds``: timestamps arrive as unix seconds (SQLite), else as datetimes."""
+    names = {f.name for f in dataclasses.fields(Job)}
+    if names != set(CLAIM_COLUMNS) | CLAIM_CONSTANTS.keys():  # a new field needs a place
+        raise RuntimeError(f"claim columns out of step with Job: {names ^ set(CLAIM_COLUMNS)}")
+    twin = type("_ClaimedTwin", (), {"__slots__": Job.__slots__})
+    env: dict[str, Any] = {"_new": object.__new__, "_Twin": twin, "_Job": Job,
+                           "_Text": JsonText, "_RUNNING": JobState.RUNNING,
+                           "_utc": UTC, "_from": datetime.fromtimestamp}
+    body = []
+    for i, c in enumerate(CLAIM_COLUMNS):
+        if c in CLAIM_JSON:  # loads's shortcuts; the rest is decoded on first read
+            body.append(f"        v = r[{i}]\n        o.{c} = v if v is None else [] if "
+                        f"v == '[]' else {{}} if v == '{{}}' else _Text(v)\n")
+        elif c in CLAIM_TIMES and seconds:
+            body.append(f"        v = r[{i}]\n        t = seen.get(v)\n"
+                        f"        if t is None and v is not None:\n"
+                        f"            t = seen[v] = _from(float(v), _utc)\n"
+                        f"        o.{c} = t\n")
+        elif c == "cancel_requested":
+            body.append(f"        o.{c} = True if r[{i}] else False\n")
+        else:
+            body.append(f"        o.{c} = r[{i}]\n")
+    body += [f"        o.{name} = {value}\n" for name, value in CLAIM_CONSTANTS.items()]
+    source = ("def claimed(rows, owner):\n    seen = {}\n    out = []\n    add = out.append\n"
+              "    for r in rows:\n        o = _new(_Twin)\n" + "".join(body)
+              + "        o.__class__ = _Job\n        add(o)\n    return out\n")
+    exec(source, env)  # generated from CLAIM_COLUMNS, so it follows the column list
+    claimed: Callable[[Iterable[Sequence[Any]], str], list[Job]] = env["claimed"]
+    return claimed
+
+
+#: Jobs from claim rows: ``claimed_from_seconds`` on SQLite, ``claimed_from_datetimes``
+#: on PostgreSQL; arguments and the other JSON columns are decoded on first access.
+claimed_from_seconds = _compile_claimed(seconds=True)
+claimed_from_datetimes = _compile_claimed(seconds=False)
 
 
 def _same(value: Any, unreadable: Any = None) -> Any:

@@ -16,6 +16,7 @@ from importlib import resources
 from importlib.abc import Traversable
 
 from .._errors import SchemaError
+from .rows import claim_returning
 
 _NAME = re.compile(r"^--\s*name:\s*([a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 _MIGRATION_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -71,6 +72,8 @@ def load_queries(dialect: str) -> dict[str, str]:
             if name in queries:
                 raise ValueError(f"query {name!r} defined twice for {dialect}")
             queries[name] = body.strip().rstrip(";")
+    claim = queries["job_fetch_available"]  # its columns are listed once, in rows.py
+    queries["job_fetch_available"] = claim.replace("{claim_columns}", claim_returning(dialect))
     return queries
 
 

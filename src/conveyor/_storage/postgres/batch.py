@@ -4,7 +4,8 @@
   (``copy_insert.py``), else one INSERT that returns only what the database decided
   (id, state, due and creation time); the Jobs are built from what was sent, or not
   at all when the caller wants only the ids.
-* Claims read tuple rows and decode them with ``rows.jobs_from_rows`` (no dict per row).
+* Claims read tuple rows of only the columns a worker needs, JSON as text, made Jobs
+  by ``rows.claimed_from_datetimes`` (no dict per row, arguments decoded on first use).
 * Completed acks without an error (nearly all of them) use ``job_ack_completed``:
   three arrays instead of seven, and no NOTIFY to consider.
 """
@@ -20,7 +21,7 @@ from psycopg.rows import tuple_row
 
 from ..._job import Job
 from ..job_types import JobAck, JobInsert
-from ..rows import jobs_from_inserts, jobs_from_rows, plain_completed
+from ..rows import claimed_from_datetimes, jobs_from_inserts, plain_completed
 from .copy_insert import COPY_MIN_BATCH, Inserted, copy_async, copy_sync
 
 Fetch = Callable[[str, Mapping[str, Any]], Awaitable[list[Any]]]
@@ -98,12 +99,11 @@ def jobs_of(jobs: Sequence[JobInsert], inserted: Inserted) -> list[Job]:
 
 async def claim(conn: psycopg.AsyncConnection[Any], sql: str,
                 values: Mapping[str, Any]) -> list[Job]:
+    """Run the claim (``rows.CLAIM_COLUMNS``, JSON as text); its Jobs, arguments and
+    the other JSON columns decoded on first access."""
     cur = conn.cursor(row_factory=tuple_row)
     await cur.execute(sql, values)
-    rows = await cur.fetchall()
-    if not rows or cur.description is None:
-        return []
-    return jobs_from_rows([c.name for c in cur.description], rows, json_text=False)
+    return claimed_from_datetimes(await cur.fetchall(), values["owner"])
 
 
 async def ack_many(fetch: Fetch, batch: Sequence[JobAck], node: str | None,

@@ -7,7 +7,8 @@ the connection of a sync caller's own thread.
   RETURNING. Their ids are contiguous: the table is ``AUTOINCREMENT``, so each new
   rowid is one more than the largest ever used, and no other writer can interleave
   while this transaction holds the write lock. The Jobs are built from what was sent.
-* Claims read tuple rows, not ``sqlite3.Row``, decoded by the caller with ``rows.jobs_from_rows``.
+* Claims read tuple rows of only the columns a worker needs, not ``sqlite3.Row``;
+  the caller makes them Jobs (``rows.claimed_from_seconds``), arguments undecoded.
 * Completed acks without an error (nearly all of them) are one ``executemany``; when
   its row count shows a fence rejected some of them, the savepoint is rolled back and
   the batch takes the exact per-row path, which reports each rejection.
@@ -24,8 +25,6 @@ from ..._job import Job
 from ..job_types import JobAck, JobInsert
 from ..rows import Timestamps, jobs_from_inserts, plain_completed
 
-#: Column names and tuple rows of a statement.
-Rows = tuple[list[str], list[Any]]
 T = TypeVar("T")
 
 
@@ -70,13 +69,12 @@ def insert_plain(conn: sqlite3.Connection, queries: Mapping[str, str],
     return Inserted(range(last - len(rows) + 1, last + 1), rows)
 
 
-def claim(conn: sqlite3.Connection, sql: str, values: Mapping[str, Any]) -> Rows:
-    """Run a ``... RETURNING *`` claim; the column names and the tuple rows, to be
-    decoded with ``rows.jobs_from_rows`` off the storage thread."""
+def claim(conn: sqlite3.Connection, sql: str, values: Mapping[str, Any]) -> list[Any]:
+    """Run the claim; its tuple rows (``rows.CLAIM_COLUMNS`` in order), to be made
+    Jobs with ``rows.claimed_from_seconds`` off the storage thread."""
     cur = conn.cursor()
     cur.row_factory = None
-    rows = cur.execute(sql, values).fetchall()
-    return [d[0] for d in cur.description or ()], rows
+    return cur.execute(sql, values).fetchall()
 
 
 def ack_many(conn: sqlite3.Connection, sql_completed: str, acks: Sequence[JobAck],

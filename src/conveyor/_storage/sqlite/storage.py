@@ -42,7 +42,7 @@ from ..job_types import (
     JobProgress,
 )
 from ..metric_types import MetricRow
-from ..rows import job_from_row, jobs_from_rows, leader_row, sort_for_claim
+from ..rows import claimed_from_seconds, job_from_row, leader_row, sort_for_claim
 from ..schema import DbHealth, Migration, pending_migrations
 from ..unique import run_sync, unique_insert
 from ..wake import WakeHub
@@ -282,8 +282,8 @@ class SQLiteStorage(CompositionStorage):
                   "lease_ttl": params.lease_ttl}
         sql = self._q["job_fetch_available"]
         # decoded here, not on the storage thread: it can start the next statement
-        columns, rows = await self._thread.call_write(lambda c: batch.claim(c, sql, values))
-        return sort_for_claim(jobs_from_rows(columns, rows, json_text=True))
+        rows = await self._thread.call_write(lambda c: batch.claim(c, sql, values))
+        return sort_for_claim(claimed_from_seconds(rows, params.owner))
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         sql = self._q["job_ack"]

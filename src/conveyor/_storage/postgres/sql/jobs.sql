@@ -59,7 +59,8 @@ FROM (
     FOR UPDATE SKIP LOCKED
 ) AS p
 WHERE j.id = p.id
-RETURNING j.*;
+-- only what a worker's Job needs, JSON as text (rows.CLAIM_COLUMNS, by load_queries)
+RETURNING {claim_columns};
 
 -- name: job_ack
 -- A fenced write: it applies only while this attempt still holds the lease.

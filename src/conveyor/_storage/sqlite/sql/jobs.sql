@@ -35,7 +35,8 @@ WHERE id IN (
     ORDER BY priority DESC, scheduled_at, id
     LIMIT :limit
 )
-RETURNING *;
+-- only what a worker's Job needs (rows.CLAIM_COLUMNS, filled in by load_queries)
+RETURNING {claim_columns};
 
 -- name: job_ack
 -- A fenced write: it applies only while this attempt still holds the lease.

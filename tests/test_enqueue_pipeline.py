@@ -203,3 +203,50 @@ def _allow_connections(admin_url: str, name: str, allow: bool) -> None:
         if not allow:
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                           "WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+
+
+@aio
+async def test_enqueues_in_a_callers_transaction_are_never_shared(
+        app: Conveyor, db_url: str) -> None:
+    """Pipelined calls and calls in two callers' transactions, all at once: each
+    transactional job commits or rolls back with its own transaction alone (SQLite
+    runs the sync connection inline; PostgreSQL async connections side by side)."""
+    @app.task
+    def noop(i: int) -> None: ...
+
+    await noop.enqueue_async(-1)
+    if db_url.startswith("sqlite"):
+        path = db_url.removeprefix("sqlite:///")
+        kept_conn = sqlite3.connect(path, isolation_level=None)
+        dropped_conn = sqlite3.connect(path, isolation_level=None)
+        connections: list[Any] = [kept_conn, dropped_conn]
+    else:
+        connections = [await psycopg.AsyncConnection.connect(db_url) for _ in range(2)]
+    kept, dropped = connections
+    try:
+        if isinstance(kept, sqlite3.Connection):
+            kept.execute("BEGIN IMMEDIATE")
+            kept_job = await noop.options(connection=kept).enqueue_async(1000)
+            kept.execute("COMMIT")
+            dropped.execute("BEGIN IMMEDIATE")
+            dropped_job = await noop.options(connection=dropped).enqueue_async(2000)
+            dropped.execute("ROLLBACK")
+            plain = await asyncio.gather(*(noop.enqueue_async(i) for i in range(CALLERS)))
+        else:
+            out = await asyncio.gather(
+                noop.options(connection=kept).enqueue_async(1000),
+                noop.options(connection=dropped).enqueue_async(2000),
+                *(noop.enqueue_async(i) for i in range(CALLERS)))
+            kept_job, dropped_job, plain = out[0], out[1], list(out[2:])
+            await kept.commit()
+            await dropped.rollback()
+    finally:
+        for conn in connections:
+            result = conn.close()
+            if asyncio.iscoroutine(result):
+                await result
+    stored = {j.id: j.args for j in await app.list_jobs_async(limit=1000)}
+    assert stored.get(kept_job.id) == [1000]
+    assert [2000] not in stored.values()  # SQLite may give its id to a later job
+    assert all(stored.get(job.id) == job.args for job in plain)
+    assert len(stored) == 2 + CALLERS and dropped_job.args == [2000]

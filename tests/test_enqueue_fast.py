@@ -396,3 +396,28 @@ def test_a_job_refused_late_in_a_large_batch_writes_nothing_of_it(
     assert app.count_jobs()["available"] == 1
     assert len(enqueue([noop.job(i) for i in range(BIG)])) == BIG
     assert app.count_jobs()["available"] == 1 + BIG
+
+
+def test_small_batches_alike_but_for_their_arguments_match_what_is_stored(
+        app: Conveyor) -> None:
+    """A batch below COPY's size whose jobs differ only in their arguments (what an
+    enqueue_async pipeline batch holds) goes through the shorter statement on
+    PostgreSQL: every option still lands, and a batch not alike takes the long one."""
+    @app.task(queue="media", priority=3, tags=["img"], concurrency=2)
+    def resize(path: str, *, width: int = 100) -> None: ...
+
+    later = datetime.now(UTC) + timedelta(hours=1)
+    groups = [
+        [resize.job(f"/p/{i}", width=i) for i in range(20)],
+        [resize.options(delay=30, meta={"m": 1}).job(f"/d/{i}") for i in range(20)],
+        [resize.options(run_at=later, queue="slow", priority=-2).job("é") for _ in range(5)],
+        [resize.job("/a"), resize.options(delay=5).job("/b"), resize.job("/c")],  # not alike
+    ]
+    for specs in groups:
+        jobs = app.enqueue_many(specs)
+        assert [j.args for j in jobs] == [s.args and list(s.args) for s in specs]
+        for job in jobs:
+            stored = app.get_job(job.id)
+            assert stored is not None and _comparable(stored) == _comparable(job)
+    states = [j.state for j in app.list_jobs(limit=100)]
+    assert states.count(JobState.SCHEDULED) == 20 + 5 + 1

@@ -12,9 +12,11 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from .._config import WorkerConfig
 from .._context import JobContext, ShutdownSignal
@@ -41,6 +43,25 @@ from .stager import Stager
 from .vacuumer import VacuumConfig, Vacuumer
 
 log = logging.getLogger("conveyor.worker")
+
+
+def spawn(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """The Task of one execution. On Python 3.12+ it starts eagerly: its first step runs
+    now, with the new Task as ``asyncio.current_task()`` and in a copy of the caller's
+    context (as ``create_task`` would run it later), so a job that completes without
+    suspending never schedules a step, and one that suspends goes on as any Task. On
+    3.11 (no eager start) it is ``create_task``'s Task, made without its two Python
+    frames when no task factory is set. A task factory set on the loop is always used."""
+    loop = asyncio.get_running_loop()
+    if loop.get_task_factory() is not None:
+        return loop.create_task(coro)
+    if _EAGER:
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
+    return asyncio.Task(coro, loop=loop)
+
+
+#: Python 3.12 added ``eager_start`` to ``asyncio.Task``.
+_EAGER = sys.version_info >= (3, 12)
 
 
 class Worker:
@@ -116,10 +137,13 @@ class Worker:
     # -- executions ----------------------------------------------------------------------
 
     def _start(self, job: Job, producer: Producer) -> None:
+        """Called by the producer for each job it claimed, inside its loop over them: on
+        Python 3.12+ a handler that does not await runs to its end here (eagerly, under
+        a Task of its own) and gives its slot back before the next job starts."""
         ex = Execution(job, JobContext(job, _shutdown=self.shutdown_signal,
                                        _meta_cap=self._meta_cap))
         self._executions[job.id] = ex
-        ex.task = asyncio.create_task(self._run_execution(ex, producer))
+        ex.task = spawn(self._run_execution(ex, producer))
 
     async def _run_execution(self, ex: Execution, producer: Producer) -> None:
         try:

@@ -36,9 +36,9 @@ from .peers.__main__ import run as run_peers
 SIZES = {"burndown": 20_000, "bulk": 50_000, "single": 2_000, "latency": 200,
          "steady_s": 15, "backlog": 100_000, "floor_rows": 20_000}
 PEERS_NOTE = ("peers: pgqueuer beside Conveyor, measured in this run by `bench.peers`'s runners "
-              "(every system in process on the local PostgreSQL, so Conveyor's figures there differ "
-              "from the table's worker-process burn-downs on the private cluster); every peer of "
-              "issue 29: `make bench-peers`")
+              "(every system in process, through its own API, on a private cluster of its own, so "
+              "Conveyor's figures there differ from the table's worker-process burn-downs); every "
+              "peer of issue 29: `make bench-peers`")
 
 
 def cases() -> list[Case]:
@@ -160,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the result files here (default: a temporary directory)")
     parser.add_argument("--no-peers", action="store_true", help="leave pgqueuer out")
     parser.add_argument("--peers-pg-admin", default=None,
-                        help="as `python -m bench.peers --pg-admin` (default: the local server)")
+                        help="as `python -m bench.peers --pg-admin` (default: a private "
+                             "cluster with PostgreSQL's default settings)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every size (a smoke run: 0.05)")
     args = parser.parse_args(argv)

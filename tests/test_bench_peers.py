@@ -20,6 +20,7 @@ from bench.peers import _driver, _render, _runner, _services, _systems, _venv
 
 def test_the_defaults_are_the_issues_sizes_and_every_peer() -> None:
     args = peers.parser().parse_args([])
+    assert args.pg_admin == "private"
     assert (args.jobs, args.single_jobs, args.bulk_jobs, args.latency_jobs, args.repeat) == (
         20_000, 2_000, 50_000, 200, 3)
     keys = [s.key for s in peers.plan(args)]
@@ -106,7 +107,8 @@ def sample() -> dict[str, Any]:
     return {"date": "2026-11-28", "conveyor_commit": "0123456789abcdef",
             "machine": {"cores": 2, "cpu": "Xeon", "python": "3.11.7", "sqlite": "3.40.1",
                         "loadavg_1m": 0.5},
-            "services": {"postgres": {"server_version": "15.20", "connection": "tcp 127.0.0.1"},
+            "services": {"postgres": {"server_version": "15.20", "connection": "tcp 127.0.0.1",
+                                      "source": "a private cluster started for this run"},
                          "redis": {"version": "7.0.15"}},
             "params": {"jobs": 20_000, "single_jobs": 2000, "bulk_jobs": 50_000,
                        "latency_jobs": 200, "repeat": 3},
@@ -136,7 +138,8 @@ def test_the_readme_section_renders_from_a_result_file(tmp_path: Path,
     assert peers.main(["--render", str(path)]) == 0
     text = capsys.readouterr().out
     assert "Measured 2026-11-28 on Conveyor `0123456` by `make bench-peers`" in text
-    assert "2-core Xeon, Python 3.11.7, PostgreSQL 15.20 (tcp 127.0.0.1), Redis 7.0.15" in text
+    assert ("2-core Xeon, Python 3.11.7, PostgreSQL 15.20 (tcp 127.0.0.1, a private cluster, "
+            "default settings), Redis 7.0.15") in text
     assert "| Conveyor 0.1.0, PostgreSQL | 10,000 | 3,000 | 60,000 | 2.0 / 4.0 |  |" in text
     assert ("PostgreSQL e2e 4.00x pgqueuer's (target >= 4: met); SQLite e2e 8.00x pgqueuer's "
             "(target >= 8: met); bulk on PostgreSQL 2.00x pgqueuer's (target >= 3: missed); "

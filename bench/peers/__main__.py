@@ -36,7 +36,6 @@ from tests import _evidence
 from .. import _env
 from . import _driver, _render, _services, _systems
 
-DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
 #: What determines this tool's figures (the commit stamp says whether it was clean).
 MEASURED = ("src", "pyproject.toml", "bench/peers")
 SIZES = {"e2e": 20_000, "single": 2_000, "bulk": 50_000, "latency": 200}
@@ -56,9 +55,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-jobs", type=int, default=SIZES["latency"])
     p.add_argument("--workloads", default=",".join(_systems.WORKLOADS))
     p.add_argument("--repeat", type=int, default=3, help="runs of each; medians are reported")
-    p.add_argument("--pg-admin", default=DEFAULT_PG,
-                   help="a PostgreSQL URL with the right to create databases: each system "
-                        "gets its own scratch database conveyor_peer_<system>")
+    p.add_argument("--pg-admin", default="private",
+                   help="'private' (default): a cluster started for the run with PostgreSQL's "
+                        "default settings; 'local': the server at 127.0.0.1:5432; or a URL "
+                        "with the right to create databases. Each system gets its own "
+                        "scratch database conveyor_peer_<system>")
     p.add_argument("--out", type=Path, default=None, help="write the result JSON here")
     p.add_argument("--render", type=Path, default=None, metavar="RESULT",
                    help="only print the README's section from this result file")
@@ -105,15 +106,17 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     machine["git"] = _evidence.stamp(MEASURED)
     with contextlib.ExitStack() as stack:
         redis = stack.enter_context(_redis_if(any("redis" in s.needs for s in systems)))
+        pg_admin, pg_source = stack.enter_context(_services.postgres(args.pg_admin, log))
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(
             prefix="conveyor-bench-peers-")))
-        ctx = _driver.Context(args.pg_admin, redis, workdir, sizes, log=log)
+        ctx = _driver.Context(pg_admin, redis, workdir, sizes, log=log)
         systems_out = _driver.measure(systems, ctx, args.repeat)
+        postgres = {**_env.postgres_settings(pg_admin), "source": pg_source}
     result: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d"), "at": machine["at"],
         "conveyor_commit": machine["git"].get("commit"), "git": machine["git"],
         "machine": machine,
-        "services": {"postgres": _env.postgres_settings(args.pg_admin), "redis": redis},
+        "services": {"postgres": postgres, "redis": redis},
         "params": {"jobs": args.jobs, "single_jobs": args.single_jobs,
                    "bulk_jobs": args.bulk_jobs, "latency_jobs": args.latency_jobs,
                    "spacing_ms": 10, "repeat": args.repeat},

@@ -79,13 +79,19 @@ def _execute(argv: list[str], env: dict[str, str], timeout: float) -> tuple[str,
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        _kill(proc)
         out, err = proc.communicate()
         return out, err, f"timed out after {timeout:.0f} s"
-    with contextlib.suppress(ProcessLookupError):  # what the runner left behind
-        os.killpg(proc.pid, signal.SIGKILL)
+    except BaseException:  # interrupted: no runner (nor a worker it forked) outlives us
+        _kill(proc)
+        raise
+    _kill(proc)  # what the runner left behind
     return out, err, None
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def run_once(system: System, python: Path, workload: str, ctx: Context) -> dict[str, Any]:
@@ -144,17 +150,19 @@ def measure(systems: list[System], ctx: Context, repeat: int) -> dict[str, Any]:
             entries[system.key]["failed"] = f"no venv: {exc}"
             ctx.log(f"{system.key}: FAILED, no venv: {exc}")
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for round_ in range(repeat):
-        for system in [s for s in systems if s.key in pythons]:
-            for workload in system.workloads:
-                result = run_once(system, pythons[system.key], workload, ctx)
-                runs.setdefault((system.key, workload), []).append(result)
-                ctx.log(f"{system.key} {workload} run {round_ + 1}/{repeat}: "
-                        f"{summary_line(result)} ({result['wall_s']}s)")
-    for system in systems:
-        if "postgres" in system.needs:
+    try:
+        for round_ in range(repeat):
+            for system in [s for s in systems if s.key in pythons]:
+                for workload in system.workloads:
+                    result = run_once(system, pythons[system.key], workload, ctx)
+                    runs.setdefault((system.key, workload), []).append(result)
+                    ctx.log(f"{system.key} {workload} run {round_ + 1}/{repeat}: "
+                            f"{summary_line(result)} ({result['wall_s']}s)")
+    finally:
+        for system in [s for s in systems if "postgres" in s.needs]:
             with contextlib.suppress(Exception):
                 _services.drop_database(ctx.pg_admin, database_name(system))
+    for system in systems:
         entry = entries[system.key]
         for workload in system.workloads:
             if (system.key, workload) in runs:

@@ -131,8 +131,12 @@ def machine_line(result: dict[str, Any]) -> str:
     services = result.get("services", {})
     pg = services.get("postgres", {})
     redis = services.get("redis") or {}
+    where = "a private cluster, default settings" if "private" in pg.get("source", "") else (
+        "non-default settings: " + ", ".join(f"{k}={v}" for k, v in sorted(
+            pg.get("non_default_settings", {}).items()) if k in ("autovacuum", "fsync",
+                                                                 "synchronous_commit")))
     return (f"{m.get('cores')}-core {m.get('cpu')}, Python {m.get('python')}, "
-            f"PostgreSQL {pg.get('server_version')} ({pg.get('connection')}), "
+            f"PostgreSQL {pg.get('server_version')} ({pg.get('connection')}, {where}), "
             f"Redis {redis.get('version', 'not used')}, SQLite {m.get('sqlite')}; "
             f"load average {m.get('loadavg_1m')} at the start")
 

@@ -1,6 +1,9 @@
 """The services the peers need: Redis (the local one if it answers, else a private
-``redis-server`` on a free port, installed from Debian's packages when missing) and a
-scratch PostgreSQL database per system, made anew before every run and dropped after."""
+``redis-server`` on a free port, installed from Debian's packages when missing) and
+PostgreSQL: by default a private cluster with PostgreSQL's default settings, as
+``python -m bench`` uses (the machine's own server runs with autovacuum off, and other
+work may share it), in which every system gets a scratch database made anew before
+each run."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -18,6 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 LOCAL_REDIS = ("127.0.0.1", 6379)
+LOCAL_POSTGRES = "postgresql://postgres@127.0.0.1:5432/postgres"
 #: Redis database the peers use (flushed before each run): not the default 0.
 REDIS_DB = 15
 
@@ -120,6 +124,37 @@ def flush_redis(url: str) -> None:
     reply = _redis_command(host, int(port), f"SELECT {db}", "FLUSHDB")
     if "-ERR" in reply:
         raise RuntimeError(f"FLUSHDB on {url}: {reply.strip()}")
+
+
+@contextlib.contextmanager
+def postgres(choice: str, log: Callable[[str], object] = print) -> Iterator[tuple[str, str]]:
+    """``(admin URL, what it is)`` for the run. ``private``: a cluster started for the run
+    with PostgreSQL's default settings (the local server when none can be started);
+    ``local``: the server at 127.0.0.1:5432; else ``choice`` is the admin URL."""
+    if choice not in ("private", "local"):
+        yield choice, "the server given by --pg-admin"
+        return
+    local = (LOCAL_POSTGRES, "the local server at 127.0.0.1:5432 (its own settings)")
+    if choice == "local":
+        yield local
+        return
+    from tests._pg import PostgresUnavailable, ThrowawayCluster, find_pg_bindir
+
+    bindir = find_pg_bindir()
+    cluster = ThrowawayCluster(bindir, settings="") if bindir else None
+    try:
+        admin = cluster.start() if cluster else None
+    except PostgresUnavailable as exc:
+        log(f"no private PostgreSQL cluster ({exc}): the local server instead")
+        admin = None
+    if cluster is None or admin is None:
+        yield local
+        return
+    try:
+        yield admin, ("a private cluster started for this run (initdb, PostgreSQL's default "
+                      "settings, on the machine's disk)")
+    finally:
+        cluster.stop()
 
 
 def database_url(admin_url: str, name: str) -> str:

@@ -94,9 +94,8 @@ def _sqlite_once(drop: str | None, rows: int, backlog: int = 0) -> dict[str, flo
         def ack() -> int:
             for i in range(0, rows, 100):
                 conn.execute("BEGIN IMMEDIATE")
-                conn.executemany(q["job_ack_completed"],
-                                 [("null", "probe", 0.0, job, token)
-                                  for job, token in claimed[i:i + 100]])
+                conn.execute(q["job_ack_completed"], {"node": "probe", "acks": json.dumps(
+                    [(job, token, "null", 0.0) for job, token in claimed[i:i + 100]])})
                 conn.execute("COMMIT")
             return rows
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -129,3 +132,60 @@ def test_completed_acks_keep_the_fence_per_job(app: Conveyor) -> None:
         assert held is not None and held.lease_token == c[1].lease_token
 
     _run(app, body)
+
+
+#: Results as the batch statement carries them (inside a JSON string) and back.
+_RESULTS = ["null", '"\\u00e9 \\ud83d\\ude00 \u00e9 \U0001F600 \u2028"',
+            '{"a": "q\\"uote\\\\ \\n", "b": [1, 2.5e-7]}', '"' + "x" * 70_000 + '"', "[]"]
+
+
+def test_a_batch_of_completions_writes_what_one_by_one_writes(app: Conveyor) -> None:
+    """The same acks, as one batch (the fast statement) and one per call (the exact
+    path): every written column reads back the same, run time and node included."""
+
+    async def body(s: Storage) -> None:
+        n = len(_RESULTS)
+        await s.job_insert_many([JobInsert("t", "default", "[]", "{}", 0, 3, "[]", "{}")
+                                 for _ in range(2 * n)])
+        c = await s.job_fetch_available(JobFetchAvailableParams("default", 2 * n, "n", 30.0))
+        c.sort(key=lambda j: j.id)
+
+        def acks(jobs: list[Job]) -> list[JobAck]:
+            return [JobAck(j.id, j.lease_token or 0, JobState.COMPLETED, result_json=r,
+                           run_time=0.25 * i + 1e-9)
+                    for i, (j, r) in enumerate(zip(jobs, _RESULTS, strict=True))]
+
+        batch, single = acks(c[:n]), acks(c[n:])
+        assert await s.job_ack_many(JobAckManyParams(batch, "node-a")) == [a.id for a in batch]
+        for ack in single:
+            assert await s.job_ack_many(JobAckManyParams([ack], "node-a")) == [ack.id]
+        for one, other in zip(batch, single, strict=True):
+            a, b = await s.job_get(one.id), await s.job_get(other.id)
+            assert a is not None and b is not None
+            assert (a.state, a.result, a.run_time, a.ran_on, a.lease_token) == (
+                b.state, b.result, b.run_time, b.ran_on, b.lease_token)
+            assert a.finished_at is not None and b.finished_at is not None
+
+    _run(app, body)
+
+
+def test_a_batch_of_completions_keeps_result_text_as_sent(tmp_path: Path) -> None:
+    """SQLite stores a result as text, whatever it is: text that is not JSON, with a NUL
+    in it (which the batch statement's JSON string could not carry), reads back whole."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    app = Conveyor(url)
+    texts = ["not json \x00 after a NUL", "\u00e9 \t raw", "null"]
+
+    async def body(s: Storage) -> None:
+        await s.job_insert_many([JobInsert("t", "default", "[]", "{}", 0, 3, "[]", "{}")
+                                 for _ in texts])
+        c = await s.job_fetch_available(JobFetchAvailableParams("default", 9, "n", 30.0))
+        c.sort(key=lambda j: j.id)
+        acks = [JobAck(j.id, j.lease_token or 0, JobState.COMPLETED, result_json=t)
+                for j, t in zip(c, texts, strict=True)]
+        assert await s.job_ack_many(JobAckManyParams(acks)) == [a.id for a in acks]
+
+    _run(app, body)
+    with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+        rows = conn.execute("SELECT result FROM conveyor_jobs_all ORDER BY id").fetchall()
+    assert [r[0] for r in rows] == texts

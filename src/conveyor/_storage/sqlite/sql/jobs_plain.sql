@@ -12,19 +12,25 @@ INSERT INTO conveyor_jobs
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
 -- name: job_ack_completed
--- job_ack for state 'completed' with no error, no delay and no attempt change
--- (result, ran_on, run_time, id, lease_token). The same fence: only while this attempt
--- holds the lease.
+-- job_ack for state 'completed' with no error, no delay and no attempt change, for a
+-- whole batch in one statement: :acks is a JSON array of [id, lease_token, result,
+-- run_time] (result as JSON text in a string, or null). One statement, not one per row
+-- (executemany): a statement's setup (the trigger programs' frames, the state CHECK's
+-- list) is paid once per batch, which made a plain ack cost 2.5x more per row. The same
+-- fence: only while this attempt holds the lease; a fenced-off ack is simply not
+-- updated, which the caller sees in the row count.
 UPDATE conveyor_jobs
 SET state = 'completed',
     finished_at = (julianday('now') - 2440587.5) * 86400.0,
-    result = ?,
-    ran_on = ?,
-    run_time = ?,
+    result = a.value ->> 2,
+    ran_on = :node,
+    run_time = a.value ->> 3,
     lease_owner = NULL,
     lease_token = NULL,
     lease_expires_at = NULL
-WHERE id = ? AND lease_token = ? AND state = 'running';
+FROM json_each(:acks) AS a
+WHERE conveyor_jobs.id = a.value ->> 0 AND conveyor_jobs.lease_token = a.value ->> 1
+  AND conveyor_jobs.state = 'running';
 
 -- name: job_insert_one
 -- PostgreSQL sends one job with scalar parameters; here executemany of job_insert_plain

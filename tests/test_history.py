@@ -339,3 +339,43 @@ def test_the_worker_command_takes_the_archive_flags() -> None:
     assert after.convert(0.0, None, None) == 0.0
     with pytest.raises(click.BadParameter):
         interval.convert(0.0, None, None)
+
+
+@pytest.mark.sqlite
+def test_sqlite_archives_in_short_transactions_that_let_claims_in(tmp_path: Any) -> None:
+    """On SQLite the archiver's batch is split into transactions of ARCHIVE_BATCH jobs,
+    each its own turn on the one writer: a claim asked for while a large batch moves is
+    answered before the batch ends, and the batch still moves what it was asked to."""
+    from conveyor._storage import JobArchiveParams, JobFetchAvailableParams
+    from conveyor._storage.sqlite.storage import ARCHIVE_BATCH
+
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    app = Conveyor(url)
+    finished = 2 * ARCHIVE_BATCH + 7
+
+    @app.task()
+    async def noop(i: int) -> None: ...
+
+    async def main() -> None:
+        await app.enqueue_many_async([noop.job(i) for i in range(finished + 1)])
+        sql(url, "UPDATE conveyor_jobs SET state = 'completed', finished_at = 0 WHERE id <= ?",
+            (finished,))
+        storage = await app.storage()
+        done: list[str] = []
+
+        async def step(name: str, call: Any) -> Any:
+            result = await call
+            done.append(name)
+            return result
+
+        moved, claimed = await asyncio.gather(
+            step("archive", storage.job_archive(JobArchiveParams(0.0, finished - 1))),
+            step("claim", storage.job_fetch_available(
+                JobFetchAvailableParams("default", 1, "n", 30.0))))
+        assert done == ["claim", "archive"]
+        assert moved == finished - 1 and [j.id for j in claimed] == [finished + 1]
+        assert await storage.job_archive(JobArchiveParams(0.0, 5000)) == 1
+        assert len(ids_in(url, "conveyor_jobs_history")) == finished
+        assert ids_in(url, "conveyor_jobs") == [finished + 1]
+
+    run_then_close(app, main)

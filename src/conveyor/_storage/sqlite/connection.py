@@ -91,6 +91,41 @@ def split_script(script: str) -> list[str]:
     return statements
 
 
+class _Results:
+    """Results for one event loop, handed over in bulk: the thread wakes the loop once
+    (``call_soon_threadsafe``, a write to its self-pipe) for all the results it settles
+    before the loop gets to them, not once per result."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._ready: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+
+    def put(self, fut: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
+        """On the storage thread."""
+        with self._lock:
+            self._ready.append((fut, result, exc))
+            if len(self._ready) > 1:
+                return  # a wake-up is already on its way
+        try:
+            self._loop.call_soon_threadsafe(self._deliver)
+        except RuntimeError:  # the loop is closed: nobody awaits these any more
+            with self._lock:
+                self._ready.clear()
+
+    def _deliver(self) -> None:
+        """On the loop."""
+        with self._lock:
+            ready, self._ready = self._ready, []
+        for fut, result, exc in ready:
+            if fut.done():
+                continue
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+
+
 class StorageThread:
     """The thread that runs every call of one SQLiteStorage on its own connection."""
 
@@ -99,6 +134,7 @@ class StorageThread:
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._data_version = 0
+        self._results: dict[asyncio.AbstractEventLoop, _Results] = {}
         self.write_lock = threading.Lock()
 
     @property
@@ -133,13 +169,13 @@ class StorageThread:
             if item is _STOP:
                 conn.close()
                 return
-            fn, done = item
+            fn, results, fut = item
             try:
                 result = fn(conn)
             except BaseException as exc:
-                done(None, exc)
+                results.put(fut, None, exc)
             else:
-                done(result, None)
+                results.put(fut, result, None)
 
     def _check_foreign_commits(self, conn: sqlite3.Connection) -> None:
         """Another process (or connection) committed: wake producers to look."""
@@ -158,20 +194,14 @@ class StorageThread:
         if self._thread is None:
             raise DatabaseUnavailableError("storage is not open")
         loop = asyncio.get_running_loop()
+        results = self._results.get(loop)
+        if results is None:
+            results = self._results[loop] = _Results(loop)
+            for old in list(self._results):  # loops of earlier asyncio.run()s
+                if old.is_closed():
+                    self._results.pop(old, None)
         fut: asyncio.Future[T] = loop.create_future()
-
-        def settle(result: Any, exc: BaseException | None) -> None:
-            def apply() -> None:
-                if fut.done():
-                    return
-                if exc is not None:
-                    fut.set_exception(exc)
-                else:
-                    fut.set_result(result)
-
-            loop.call_soon_threadsafe(apply)
-
-        self._inbox.put((fn, settle))
+        self._inbox.put((fn, results, fut))
         return await fut
 
     async def call_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:

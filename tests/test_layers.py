@@ -77,6 +77,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conveyor._app.app", "conveyor._app.base", "conveyor._app.caller",
         "conveyor._app.composition", "conveyor._app.control", "conveyor._app.jobs",
         "conveyor._app.maintenance", "conveyor._app.operations", "conveyor._app.pipeline",
+        "conveyor._app.gcpause",
         "conveyor._app.results", "conveyor._app.testing",
         "conveyor._app.reads", "conveyor._app.reads.composition", "conveyor._app.reads.jobs",
         "conveyor._app.reads.metrics", "conveyor._app.reads.overview",

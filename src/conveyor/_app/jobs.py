@@ -28,6 +28,7 @@ from .._task_retry import (
     check_exception_types,
 )
 from .caller import caller_connection, caller_connection_async, insert_on_thread_of
+from .gcpause import paused_for
 from .pipeline import InsertPipeline
 from .results import ResultsApp
 
@@ -109,8 +110,9 @@ class JobsApp(ResultsApp):
         if len(batches) == 1 and len(batches[0]) == 1:  # enqueue_async
             return self._bound([await (await self._pipeline()).insert(batches[0][0])])
         storage = (await self._observed()).with_source("enqueue")
-        return self._bound(
-            [job for batch in batches for job in await storage.job_insert_many(batch)])
+        with paused_for(len(specs)):
+            return self._bound(
+                [job for batch in batches for job in await storage.job_insert_many(batch)])
 
     async def _pipeline(self) -> InsertPipeline:
         """This loop's single-enqueue pipeline (pipeline.py), on its current storage."""
@@ -137,9 +139,10 @@ class JobsApp(ResultsApp):
                 [j for b in batches for j in self._offline.job_insert_many_sync(b, raw)])
         storage = self._blocking_storage()
         if storage is not None:
-            batches = self._batches(specs, lazy=True)
-            return self._bound(
-                [job for b in batches for job in storage.job_insert_many_blocking(b)])
+            with paused_for(len(specs)):
+                batches = self._batches(specs, lazy=True)
+                return self._bound(
+                    [job for b in batches for job in storage.job_insert_many_blocking(b)])
         return self._sync(self.enqueue_many_async(specs))
 
     async def enqueue_many_ids_async(

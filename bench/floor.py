@@ -38,16 +38,17 @@ _FILL = ("INSERT INTO conveyor_jobs (task, queue, args, state, scheduled_at, cre
 
 
 class _Statements:
-    """The claim narrowed to the two columns an ack needs, or as shipped (``j.*``, every
-    column decoded by psycopg: the cost of building whole Jobs, less Conveyor's part)."""
+    """The claim narrowed to the two columns an ack needs, or with the columns it ships
+    (``rows.CLAIM_COLUMNS``, decoded by psycopg: the cost of building Jobs, less
+    Conveyor's part). The claim's RETURNING list is cut off and written again here."""
 
     def __init__(self, all_columns: bool = False) -> None:
         q = load_queries("postgres")
-        self.claim = q["job_fetch_available"]
-        if all_columns:
-            self.claim = self.claim.replace("RETURNING j.*", "RETURNING j.id, j.lease_token, j.*")
-        else:
-            self.claim = self.claim.replace("RETURNING j.*", "RETURNING j.id, j.lease_token")
+        claim = q["job_fetch_available"]
+        cut = claim.rindex("RETURNING ")
+        shipped = claim[cut + len("RETURNING "):].rstrip().rstrip(";")
+        self.claim = claim[:cut] + "RETURNING j.id, j.lease_token" + (
+            f", {shipped}" if all_columns else "")
         self.ack = q["job_ack_completed"]
 
     def claim_batch(self, conn: psycopg.Connection[Any], batch: int) -> list[tuple[Any, ...]]:

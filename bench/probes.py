@@ -84,7 +84,8 @@ def _sqlite_once(drop: str | None, rows: int, backlog: int = 0) -> dict[str, flo
             return rows
 
         def claim() -> int:
-            sql = q["job_fetch_available"].replace("RETURNING *", "RETURNING id, lease_token")
+            shipped = q["job_fetch_available"]
+            sql = shipped[:shipped.rindex("RETURNING ")] + "RETURNING id, lease_token"
             while len(claimed) < rows:
                 conn.execute("BEGIN IMMEDIATE")
                 claimed.extend(conn.execute(sql, _CLAIM).fetchall())

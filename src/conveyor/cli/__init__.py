@@ -19,7 +19,7 @@ from typing import NoReturn
 import click
 
 from .._version import __version__
-from ._base import CONTEXT, EPILOG, EXIT_CODES, EXIT_OK, ConveyorGroup
+from ._base import CONTEXT, EPILOG, EXIT_CODES, EXIT_OK, PROCESS, ConveyorGroup
 
 #: name -> (module under conveyor.cli, attribute, the one-line help ``conveyor --help``
 #: shows). tests/test_cli_lazy.py checks each line against the command it names.
@@ -96,6 +96,7 @@ def cli() -> None:
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Console-script entry point (``conveyor``), also ``python -m conveyor``."""
+    PROCESS["owned"] = True
     cli.main(args=list(argv) if argv is not None else None, prog_name="conveyor")
     sys.exit(EXIT_OK)  # pragma: no cover - click's standalone mode always exits
 

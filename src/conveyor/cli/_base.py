@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Set by ``main()`` (the ``conveyor`` command, ``python -m conveyor``): the process is
+#: the CLI's own, so a command may tune it (the worker's garbage collector); a test
+#: that invokes a command in its own process leaves this False.
+PROCESS: dict[str, bool] = {"owned": False}
+
 EXIT_OK = 0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2

@@ -255,6 +255,26 @@ def encode_arguments(
     return args_json, kwargs_json
 
 
+def encode_positional_many(calls: Sequence[Sequence[Any]], max_bytes: int,
+                           codec: TypeCodec = DEFAULT_CODEC) -> list[str] | None:
+    """The ``args_json`` of many calls without keyword arguments (their ``kwargs_json``
+    is ``"{}"``), as ``encode_arguments`` gives them, its checks run once over the lot
+    (a batch of one task's jobs); None when any call needs ``encode_arguments`` itself,
+    which names what it refuses. A check that matches across two calls' texts only
+    sends the batch there too."""
+    if codec.shadows_json:
+        return None
+    try:
+        texts = list(map(_dumps_unchecked, calls))  # a tuple encodes as a list
+    except (TypeError, ValueError, RecursionError):
+        return None
+    joined = "".join(texts)
+    if (joined.isascii() and "\\u0000" not in joined and TAG_TEXT not in joined
+            and max(map(len, texts), default=0) + 2 <= max_bytes):
+        return texts
+    return None
+
+
 def encode_meta(task: str, meta: Mapping[str, Any], max_bytes: int) -> str:
     if not isinstance(meta, Mapping):
         raise TypeError(f"meta must be a dict, got {type(meta).__name__}")

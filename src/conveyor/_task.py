@@ -15,7 +15,7 @@ from ._job import Job
 from ._limits import KeyFunc, RateLimit, Unique, check_key_function, key_arguments
 from ._payload_hints import CallPlan
 from ._payload_types import DEFAULT_CODEC, TypeCodec
-from ._storage import JobInsert, fast_constructor, insert_with_arguments, make_insert
+from ._storage import JobInsert, fast_constructor, make_insert
 from ._task_retry import AnyBackoff, ExceptionTypes
 
 P = ParamSpec("P")
@@ -170,57 +170,6 @@ class JobSpec:
 _make_spec: Callable[..., JobSpec] = fast_constructor(JobSpec)
 
 
-def to_inserts(specs: Sequence[JobSpec], max_payload_bytes: int,
-               now: float | None = None) -> list[JobInsert]:
-    """``[spec.to_insert(...) for spec in specs]``, cheaper for a batch: jobs of one task
-    built with one options object (``task.job(...)`` in a loop) share every field but
-    their arguments, so each one after the first encodes only those."""
-    if len(specs) == 1:  # task.enqueue(): shares with the task's earlier enqueues
-        return [_single_insert(specs[0], max_payload_bytes, now)]
-    templates: dict[tuple[int, int], JobInsert | None] = {}
-    out: list[JobInsert] = []
-    append, encode, like = out.append, _payload.encode_arguments, insert_with_arguments
-    task: Task[Any, Any] | None = None
-    options: EnqueueOptions | None = None
-    template: JobInsert | None = None
-    for spec in specs:
-        if spec.task is not task or spec.options is not options:  # another group
-            task, options = spec.task, spec.options
-            key = (id(task), id(options))  # both outlive the loop: ids stay unique
-            if key not in templates:
-                insert = spec.to_insert(max_payload_bytes, now)
-                templates[key] = insert if spec._shares_template() else None
-                template = None  # the next spec of this group takes the template
-                append(insert)
-                continue
-            template = templates[key]
-        if template is None:
-            template = templates[(id(task), id(options))]
-            if template is None:  # unique, sealed or keyed jobs: each one in full
-                append(spec.to_insert(max_payload_bytes, now))
-                continue
-        append(like(template, *encode(template.task, spec.args, spec.kwargs,
-                                      max_payload_bytes, task.codec, task.positional)))
-    return out
-
-
-def _single_insert(spec: JobSpec, max_payload_bytes: int, now: float | None) -> JobInsert:
-    """``spec.to_insert(...)`` of a lone job (``task.enqueue``): a job of the task's own
-    options is its task's template with other arguments, as in ``to_inserts``; the
-    template is kept on the task (its options and defaults are frozen)."""
-    task = spec.task
-    if spec.options is not task._opts or not spec._shares_template():
-        return spec.to_insert(max_payload_bytes, now)
-    kept = task._template
-    if kept is None or kept[0] != max_payload_bytes:
-        insert = spec.to_insert(max_payload_bytes, now)
-        task._template = (max_payload_bytes, insert)
-        return insert
-    template = kept[1]
-    return insert_with_arguments(template, *_payload.encode_arguments(
-        template.task, spec.args, spec.kwargs, max_payload_bytes, task.codec, task.positional))
-
-
 class _Enqueuer(Generic[P]):
     """The enqueue methods shared by a task and a task with options applied."""
 
@@ -288,7 +237,7 @@ class Task(_Enqueuer[P], Generic[P, R]):
         self._fits: set[tuple[int, tuple[str, ...]]] = set()
         self._task, self._opts = self, EnqueueOptions()
         #: (max_payload_bytes, insert) of a job of the task's own options, for
-        #: ``_single_insert``.
+        #: ``_task_inserts._single_insert``.
         self._template: tuple[int, JobInsert] | None = None
 
     def _check_key_functions(self) -> None:

@@ -20,7 +20,8 @@ from .._storage import (
     LazyInserts,
     Storage,
 )
-from .._task import JobSpec, Task, TaskDecorator, TaskOptions, to_inserts
+from .._task import JobSpec, Task, TaskDecorator, TaskOptions
+from .._task_inserts import to_inserts
 from .._task_retry import (
     AnyBackoff,
     ExceptionSpec,

@@ -310,22 +310,57 @@ def plain_completed(ack: JobAck) -> bool:
             and ack.attempt_delta == 0)
 
 
-def jobs_from_inserts(inserts: Sequence[JobInsert], ids: Sequence[int], states: Sequence[str],
-                      scheduled: Sequence[Any], created: Sequence[Any]) -> list[Job]:
-    """The Jobs a plain insert wrote, from what was sent and what the database assigned
-    (ids, states, due and creation times), without reading the rows back. The empty
-    JSON values most jobs carry are made here, without a call to ``loads``."""
-    ts = Timestamps()
-    return [
-        make_job(id=job_id, task=j.task, queue=j.queue, args=loads(j.args_json),
-                 kwargs={} if j.kwargs_json == "{}" else loads(j.kwargs_json),
-                 priority=j.priority, state=STATES[state], attempt=0,
-                 max_attempts=j.max_attempts,
-                 scheduled_at=due if type(due) is datetime else ts(due),
-                 created_at=made if type(made) is datetime else ts(made), errors=[],
-                 tags=[] if j.tags_json == "[]" else loads(j.tags_json),
-                 meta={} if j.meta_json == "{}" else loads(j.meta_json),
-                 concurrency_key=j.concurrency_key)
-        for j, job_id, state, due, made in zip(inserts, ids, states, scheduled, created,
-                                               strict=True)
-    ]
+#: Job fields of a freshly inserted job, as expressions over the insert ``j``, its id
+#: ``i``, state ``s``, due time ``due`` and creation time ``made``; every other field
+#: takes its default. JSON fields keep the text that was sent: decoded on first access.
+_INSERTED_FIELDS = {
+    "id": "i", "task": "j.task", "queue": "j.queue", "priority": "j.priority",
+    "state": "_STATES[s]", "attempt": "0", "max_attempts": "j.max_attempts",
+    "scheduled_at": "due if type(due) is _dt else ts(due)",
+    "created_at": "made if type(made) is _dt else ts(made)", "errors": "_list",
+    "concurrency_key": "j.concurrency_key",
+}
+#: JSON fields of an insert: the empty values most jobs carry are made without a
+#: ``JsonText``; any other value is decoded on first read.
+_INSERTED_JSON = {"args": "args_json", "kwargs": "kwargs_json", "tags": "tags_json",
+                  "meta": "meta_json"}
+
+
+def _compile_inserted() -> Callable[..., list[Job]]:
+    """``inserted(inserts, ids, states, scheduled, created)``: each Job's slots set
+    straight from what was sent, as ``claimed_from_seconds`` does for a claim."""
+    fields = dataclasses.fields(Job)
+    twin = type("_InsertedTwin", (), {"__slots__": Job.__slots__})
+    env: dict[str, Any] = {"_new": object.__new__, "_Twin": twin, "_Job": Job,
+                           "_Text": JsonText, "_STATES": STATES, "_dt": datetime,
+                           "Timestamps": Timestamps, "_list": JsonText("[]"),
+                           "_dict": JsonText("{}")}
+    body = []
+    for f in fields:
+        if f.name in _INSERTED_JSON:
+            body.append(f"        v = j.{_INSERTED_JSON[f.name]}\n        o.{f.name} = _list "
+                        f"if v == '[]' else _dict if v == '{{}}' else _Text(v)\n")
+        elif f.name in _INSERTED_FIELDS:
+            body.append(f"        o.{f.name} = {_INSERTED_FIELDS[f.name]}\n")
+        elif f.default is not dataclasses.MISSING:
+            env[f"_d_{f.name}"] = f.default
+            body.append(f"        o.{f.name} = _d_{f.name}\n")
+        else:  # pragma: no cover - a new field without a default needs a place above
+            raise RuntimeError(f"inserted Jobs have no value for field {f.name!r}")
+    source = ("def inserted(inserts, ids, states, scheduled, created):\n"
+              "    ts = Timestamps()\n    out = []\n    add = out.append\n"
+              "    for j, i, s, due, made in zip(inserts, ids, states, scheduled, created,"
+              " strict=True):\n        o = _new(_Twin)\n" + "".join(body)
+              + "        o.__class__ = _Job\n        add(o)\n    return out\n")
+    exec(source, env)  # generated from Job's own fields, so it follows the model
+    inserted: Callable[..., list[Job]] = env["inserted"]
+    return inserted
+
+
+#: The Jobs a plain insert wrote, from what was sent and what the database assigned
+#: (ids, states, due and creation times), without reading the rows back:
+#: ``jobs_from_inserts(inserts, ids, states, scheduled, created)``. Arguments, tags and
+#: meta keep the JSON text that was sent, decoded on first access (the values
+#: ``get_job`` would decode from the same text).
+jobs_from_inserts: Callable[[Sequence[JobInsert], Sequence[int], Sequence[str],
+                             Sequence[Any], Sequence[Any]], list[Job]] = _compile_inserted()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import statistics
 import sys
@@ -30,6 +31,7 @@ from .__main__ import Case, derive_memory, environment, postgres_url, run_backen
 from ._targets import Target
 from .peers import _render as peers_render
 from .peers.__main__ import parser as peers_parser
+from .peers.__main__ import plan as peers_plan
 from .peers.__main__ import run as run_peers
 
 #: Sizes that keep the whole run near ten minutes on a 2-core machine.
@@ -142,12 +144,17 @@ def floors_table(docs: dict[tuple[str, str], dict[str, Any]],
 
 
 def peers(repeat: int, pg_admin: str | None) -> dict[str, Any]:
-    """pgqueuer and Conveyor (both backends) through ``bench.peers`` at ``SIZES``."""
+    """pgqueuer and Conveyor (PostgreSQL; SQLite's e2e) through ``bench.peers`` at
+    ``SIZES``."""
     argv = ["--peers", "pgqueuer", "--jobs", str(SIZES["burndown"]),
             "--single-jobs", str(SIZES["single"]), "--bulk-jobs", str(SIZES["bulk"]),
             "--latency-jobs", str(SIZES["latency"]), "--repeat", str(repeat)]
     args = peers_parser().parse_args(argv + (["--pg-admin", pg_admin] if pg_admin else []))
-    return run_peers(args, log=lambda line: print(f"peers: {line}", flush=True))
+    # issue 29's ratios need SQLite's e2e only; its other figures are in the table above
+    systems = [dataclasses.replace(s, workloads=("e2e",)) if s.key == "conveyor-sqlite" else s
+               for s in peers_plan(args)]
+    return run_peers(args, log=lambda line: print(f"peers: {line}", flush=True),
+                     systems=systems)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -96,9 +96,11 @@ def _redis_if(needed: bool) -> Iterator[dict[str, Any] | None]:
         yield info
 
 
-def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
-    """The whole run; the result document (also written to ``--out``)."""
-    systems = plan(args)
+def run(args: argparse.Namespace, log: Any = print,
+        systems: list[_systems.System] | None = None) -> dict[str, Any]:
+    """The whole run (of ``systems``, by default those ``args`` name); the result
+    document (also written to ``--out``)."""
+    systems = plan(args) if systems is None else systems
     began = time.monotonic()
     sizes = {"e2e": args.jobs, "single": args.single_jobs, "bulk": args.bulk_jobs,
              "latency": args.latency_jobs}

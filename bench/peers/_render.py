@@ -145,12 +145,15 @@ def readme_section(result: dict[str, Any]) -> str:
     """The README's "Conveyor beside the peers" table, from a result file."""
     params = result.get("params", {})
     commit = (result.get("conveyor_commit") or "unknown")[:7]
+    repeat = params.get("repeat") or 1
+    runs = "one run each" if repeat == 1 else f"medians of {repeat} runs"
     head = (f"Measured {result.get('date', '?')} on Conveyor `{commit}` by `make bench-peers` "
             f"(`python -m bench.peers`): every system in the same run on one machine "
-            f"({machine_line(result)}); no-op jobs, medians of {params.get('repeat')} "
-            "runs, each system at its documented defaults in a venv of its own (the settings "
-            "and versions are in `bench/results/peers.json`); every run checked that each "
-            "job ran (or, for the enqueue workloads, was stored) exactly once.")
+            f"({machine_line(result)}); no-op jobs, {runs}, each system in a venv of its own "
+            "at its documented defaults except where its label names a setting (each "
+            "system's settings, versions and the reasons are in `bench/results/peers.json`); "
+            "every run checked that each job ran (or, for the enqueue workloads, was stored) "
+            "exactly once.")
     lines = [head, "", table(result), "", ratio_line(result)]
     fails = result.get("failures", [])
     if fails:

@@ -63,16 +63,39 @@ def test_returned_jobs_hold_values_of_their_own(app: Conveyor) -> None:
 def test_a_batch_the_shared_check_refuses_takes_the_full_path(app: Conveyor) -> None:
     """Arguments checked a run at a time: a run holding text the quick check does not
     pass (non-ASCII, the codec's tag key) is encoded job by job, with the same result
-    and the same refusals."""
+    and the same refusals; text with escapes survives SQLite's insert over a JSON
+    array of the arguments."""
     @app.task
     def echo(value: Any) -> None: ...
 
-    values: list[Any] = ["é", {"__conveyor__": "x"}, [1, 2], "plain"] * 80
+    values: list[Any] = ["é", {"__conveyor__": "x"}, [1, 2], "plain", "😀 a\"b\\c\n\t",
+                         {"k": None, "n": 1.5}] * 60
     jobs = app.enqueue_many([echo.job(v) for v in values])
     stored = [app.get_job(j.id).args for j in jobs]  # type: ignore[union-attr]
     assert [j.args for j in jobs] == stored
     assert stored[0] == ["é"] and stored[2:4] == [[[1, 2]], ["plain"]]
+    assert stored[4:6] == [["😀 a\"b\\c\n\t"], [{"k": None, "n": 1.5}]]
     assert stored[1] == [{"__conveyor__": "dict", "v": {"__conveyor__": "x"}}]  # tagged
     with pytest.raises(PayloadTooLargeError):
         app.enqueue_many([echo.job(i) for i in range(300)] + [echo.job("x" * 2_000_000)])
     assert len(app.list_jobs(limit=1000)) == len(values)
+
+
+def test_a_batch_too_large_for_one_sqlite_statement_is_inserted_row_by_row(
+        app: Conveyor, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite inserts jobs alike but for their arguments with one statement over a JSON
+    array of them, unless that text is large: then with executemany, same rows."""
+    from conveyor._storage.sqlite import batch
+
+    @app.task
+    def echo(value: Any, *, n: int = 0) -> None: ...
+
+    monkeypatch.setattr(batch, "MAX_CALLS_TEXT", 100)
+    for specs in ([echo.job("x" * 10) for _ in range(20)],
+                  [echo.job(i, n=i) for i in range(20)],
+                  [echo.job(i) for i in range(3)]):  # small enough: one statement
+        jobs = app.enqueue_many(specs)
+        assert [j.id for j in jobs] == sorted(j.id for j in jobs)
+        for job in jobs:
+            assert job == app.get_job(job.id)
+    assert len(app.list_jobs(limit=100)) == 43

@@ -3,10 +3,12 @@
 All of them run inside the caller's write transaction: on the storage thread, or on
 the connection of a sync caller's own thread.
 
-* Plain inserts (no unique key in the batch) go in with one ``executemany`` and no
-  RETURNING. Their ids are contiguous: the table is ``AUTOINCREMENT``, so each new
-  rowid is one more than the largest ever used, and no other writer can interleave
-  while this transaction holds the write lock. The Jobs are built from what was sent.
+* Plain inserts (no unique key in the batch) go in with no RETURNING: jobs alike but
+  for their arguments (a batch of ``task.job`` calls) in one statement over a JSON
+  array of them, others with one ``executemany``. Their ids are contiguous: the table
+  is ``AUTOINCREMENT``, so each new rowid is one more than the largest ever used, and
+  no other writer can interleave while this transaction holds the write lock. The
+  Jobs are built from what was sent.
 * Claims read tuple rows of only the columns a worker needs, not ``sqlite3.Row``;
   the caller makes them Jobs (``rows.claimed_from_seconds``), arguments undecoded.
 * Completed acks without an error (nearly all of them) are one statement over a JSON
@@ -34,43 +36,115 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Inserted:
-    """What a plain batch wrote, in input order: its ids and the rows sent (``rows`` in
-    ``job_insert_plain``'s parameter order: state and due time included)."""
+    """What a plain batch wrote, in input order: its ids, states and due times (unix
+    seconds), and the creation time they share."""
 
     ids: range
-    rows: list[tuple[Any, ...]]
+    states: Sequence[str]
+    due: Sequence[float]
+    now: float
 
     def jobs(self, inserts: Sequence[JobInsert]) -> list[Job]:
         """The Jobs written, built from what was sent (the shared creation time, which
         most jobs are also due at, converted once)."""
-        rows, ts = self.rows, Timestamps()
-        if not rows:
+        if not inserts:
             return []
-        now = rows[0][10]
+        ts, now = Timestamps(), self.now
         made = ts(now)
-        return jobs_from_inserts(inserts, self.ids, [r[8] for r in rows],
-                                 [made if r[9] == now else ts(r[9]) for r in rows],
-                                 [made] * len(rows))
+        return jobs_from_inserts(inserts, self.ids, self.states,
+                                 [made if d == now else ts(d) for d in self.due],
+                                 [made] * len(inserts))
 
 
 def insert_plain(conn: sqlite3.Connection, queries: Mapping[str, str],
                  jobs: Sequence[JobInsert]) -> Inserted:
-    """Insert jobs that carry no unique key, with one ``executemany``."""
+    """Insert jobs that carry no unique key: jobs alike but for their arguments in one
+    statement over a JSON array (``INSERT_ALIKE``), others with one ``executemany``."""
     cur = conn.cursor()
     now = cur.execute(queries["clock_now"]).fetchone()[0]
+    if len(jobs) > 1 and _alike(jobs):
+        done = _insert_alike(cur, jobs, now)
+        if done is not None:
+            return done
     rows: list[tuple[Any, ...]] = []
     add = rows.append
     for j in jobs:
-        if j.run_at is None and not j.delay:  # the common case: due now
-            state, due = "available", now
-        else:
-            due = j.run_at.timestamp() if j.run_at is not None else now + (j.delay or 0.0)
-            state = "scheduled" if due > now else "available"
+        state, due = _when(j, now)
         add((j.task, j.queue, j.args_json, j.kwargs_json, j.priority, j.max_attempts,
              j.tags_json, j.meta_json, state, due, now, j.concurrency_key))
     cur.executemany(queries["job_insert_plain"], rows)
     last = cur.execute("SELECT last_insert_rowid()").fetchone()[0] if rows else 0
-    return Inserted(range(last - len(rows) + 1, last + 1), rows)
+    return Inserted(range(last - len(rows) + 1, last + 1), [r[8] for r in rows],
+                    [r[9] for r in rows], now)
+
+
+def _when(job: JobInsert, now: float) -> tuple[str, float]:
+    """A job's state and due time, as ``job_insert`` computes them."""
+    if job.run_at is None and not job.delay:  # the common case: due now
+        return "available", now
+    due = job.run_at.timestamp() if job.run_at is not None else now + (job.delay or 0.0)
+    return ("scheduled" if due > now else "available"), due
+
+
+def _alike(jobs: Sequence[JobInsert]) -> bool:
+    """Every job the first one but for its arguments (``task.job`` in a loop)."""
+    first = jobs[0]
+    shared = (first.task, first.queue, first.priority, first.max_attempts, first.tags_json,
+              first.meta_json, first.concurrency_key, first.delay, first.run_at)
+    return all((j.task, j.queue, j.priority, j.max_attempts, j.tags_json, j.meta_json,
+                j.concurrency_key, j.delay, j.run_at) == shared for j in jobs)
+
+
+#: ``job_insert_plain`` for jobs alike but for their arguments: one statement over a
+#: JSON array of their arguments (``:calls``), the rest bound once. Each execution of an
+#: insert on this table sets up its trigger programs and checks again (as the ack's
+#: comment in jobs_plain.sql says), which cost executemany about twice the rows' own
+#: work. Rows go in in array order, so their AUTOINCREMENT ids are in input order.
+#: Here, not in jobs_plain.sql: PostgreSQL has COPY and its own alike statement.
+INSERT_ALIKE = """
+INSERT INTO conveyor_jobs
+    (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at,
+     created_at, concurrency_key)
+SELECT :task, :queue, {args}, {kwargs}, :priority, :max_attempts, :tags, :meta, :state, :due,
+       :now, :concurrency_key
+FROM json_each(:calls) AS a
+ORDER BY a.key"""
+#: Only the positional arguments vary (their keyword arguments are alike too): an
+#: array of ``args_json`` strings; otherwise an array of ``[args_json, kwargs_json]``.
+_INSERT_ARGS = INSERT_ALIKE.format(args="a.value", kwargs=":kwargs")
+_INSERT_CALLS = INSERT_ALIKE.format(args="a.value ->> 0", kwargs="a.value ->> 1")
+_dump_texts = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+#: Characters of ``:calls`` above which a batch takes ``executemany`` instead: far below
+#: SQLite's cap on one value (SQLITE_MAX_LENGTH, 1e9 bytes by default), which rows of
+#: large arguments could reach, and past the size where one statement saves much.
+MAX_CALLS_TEXT = 16 << 20
+
+
+def _insert_alike(cur: sqlite3.Cursor, jobs: Sequence[JobInsert], now: float
+                  ) -> Inserted | None:
+    """The JSON text of the arguments holds no NUL (``_payload`` refuses one), which
+    SQLite's JSON functions would stop a string at. None: too large, nothing written."""
+    first = jobs[0]
+    state, due = _when(first, now)
+    kwargs = first.kwargs_json
+    if all(j.kwargs_json == kwargs for j in jobs):
+        sql, calls = _INSERT_ARGS, _dump_texts([j.args_json for j in jobs])
+    else:
+        sql, calls = _INSERT_CALLS, _dump_texts([(j.args_json, j.kwargs_json) for j in jobs])
+    if len(calls) > MAX_CALLS_TEXT:
+        return None
+    cur.execute(sql, {
+        "task": first.task, "queue": first.queue, "kwargs": kwargs,
+        "priority": first.priority, "max_attempts": first.max_attempts,
+        "tags": first.tags_json, "meta": first.meta_json, "state": state, "due": due,
+        "now": now, "concurrency_key": first.concurrency_key, "calls": calls})
+    count = len(jobs)
+    if cur.rowcount != count:  # pragma: no cover - a row the JSON array did not carry
+        raise RuntimeError(f"inserted {cur.rowcount} rows of a batch of {count}")
+    last = cur.execute("SELECT last_insert_rowid()").fetchone()[0]
+    return Inserted(range(last - count + 1, last + 1), [state] * count, [due] * count, now)
 
 
 def claim(conn: sqlite3.Connection, sql: str, values: Mapping[str, Any]) -> list[Any]:

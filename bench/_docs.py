@@ -89,6 +89,20 @@ def readme_end_to_end(results: Path) -> str:
     return "Conveyor's figures to compare with other queues: " + "; ".join(parts) + "."
 
 
+def readme_peers(results: Path) -> str:
+    """``make bench-peers``' section: Conveyor beside the other queues, one run."""
+    from .peers._render import readme_section
+
+    if not (results / "peers.json").exists():
+        return "No `make bench-peers` result is kept yet (`bench/results/peers.json`)."
+    result = _json("peers.json", results)
+    git = result.get("machine", {}).get("git", {})
+    reason = _evidence.staleness(git.get("commit"), git.get("clean"), _evidence.PEERS_MEASURED)
+    return (readme_section(result) + "\n\nThese figures: measured on "
+            f"{_evidence.short(git.get('commit'))}: {_evidence.status_cell(reason)} "
+            f"(measured code: {_evidence.describe(_evidence.PEERS_MEASURED)}).")
+
+
 # -- docs/scaling.md --------------------------------------------------------------------------
 
 
@@ -200,6 +214,7 @@ def workflows_completion_cost(results: Path) -> str:
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "readme-machine": readme_machine,
     "readme-end-to-end": readme_end_to_end,
+    "readme-peers": readme_peers,
     "scaling-stamp": scaling_stamp,
     "scaling-db-cpu": scaling_db_cpu,
     "scaling-probes": scaling_probes,

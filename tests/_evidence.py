@@ -46,6 +46,10 @@ BENCH_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)bench/*.py",
                                    *(f":(exclude){f}" for f in BENCH_TOOL_FILES),
                                    "tests/_pg.py")
 
+#: What determines `make bench-peers`' figures (bench/results/peers.json): the library,
+#: the peers' bench (its runners and the settings it gives each system), the dependencies.
+PEERS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", "bench/peers")
+
 #: What determines the chaos results: the library, the scenarios and their harness, the
 #: apps and fixtures they run, the property-based model test.
 CHAOS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)tests/chaos/*.py",

@@ -20,7 +20,8 @@
 #                  README's performance table, every row stamped with its commit
 #   make bench-quick  the README's performance table in at most 10 minutes (bench/quick.py):
 #                  both backends at smaller sizes, medians of 3, the floors measured in the
-#                  same run; printed only (the README and bench/results keep `make bench`'s).
+#                  same run, pgqueuer beside them; writes bench/results/quick.json and renders
+#                  the README's bench-quick section from it (the main table stays `make bench`'s).
 #                  Before landing a hot-path change, `python -m bench.ab BASE [CASES]` runs
 #                  interleaved A/B rounds of two commits and prints the ratio for the commit
 #                  message (`python -m bench.ab --help` lists the cases)
@@ -135,10 +136,12 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.read_replica
 
 bench-quick: $(STAMP)
-	$(BIN)/python -m bench.quick
+	$(BIN)/python -m bench.quick --save bench/results/quick.json
+	$(BIN)/python -m bench --summary-only
 
 bench-peers: $(STAMP)
 	$(BIN)/python -m bench.peers --out bench/results/peers.json
+	$(BIN)/python -m bench --summary-only
 
 chaos: $(STAMP)
 	rm -rf tests/chaos/results

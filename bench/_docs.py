@@ -103,6 +103,30 @@ def readme_peers(results: Path) -> str:
             f"(measured code: {_evidence.describe(_evidence.PEERS_MEASURED)}).")
 
 
+def readme_quick(results: Path) -> str:
+    """``make bench-quick``'s tables: both backends, the floors and pgqueuer, one run."""
+    if not (results / "quick.json").exists():
+        return "No `make bench-quick` result is kept yet (`bench/results/quick.json`)."
+    quick = _json("quick.json", results)
+    git, m = quick["machine"].get("git", {}), quick["machine"]
+    reason = _evidence.staleness(git.get("commit"), git.get("clean"), _evidence.QUICK_MEASURED)
+    tables = quick["tables"]
+    # make bench's own table markers stay unique in the README (its writer finds them)
+    main_table = "\n".join(ln for ln in tables["readme"].splitlines()
+                            if not ln.startswith("<!--"))
+    parts = [f"Measured {quick['date']} by `make bench-quick` ({quick['took_s']} s in all; "
+             f"{m.get('cores')}-core {m.get('cpu')}, Python {m.get('python')}, SQLite "
+             f"{m.get('sqlite')}; load average {m.get('loadavg_1m')} at the start), medians "
+             f"of {quick['repeat']}, on {_evidence.short(git.get('commit'))}: "
+             f"{_evidence.status_cell(reason)} (measured code: "
+             f"{_evidence.describe(_evidence.QUICK_MEASURED)}).", "", main_table, "",
+             tables["floors"]]
+    if "peers" in tables:
+        parts += ["", "pgqueuer in the same run (bench.peers' runners, bench-quick's sizes):",
+                  "", tables["peers"], "", tables["ratios"]]
+    return "\n".join(parts)
+
+
 # -- docs/scaling.md --------------------------------------------------------------------------
 
 
@@ -215,6 +239,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "readme-machine": readme_machine,
     "readme-end-to-end": readme_end_to_end,
     "readme-peers": readme_peers,
+    "readme-quick": readme_quick,
     "scaling-stamp": scaling_stamp,
     "scaling-db-cpu": scaling_db_cpu,
     "scaling-probes": scaling_probes,

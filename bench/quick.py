@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import json
 import statistics
 import sys
 import tempfile
@@ -26,7 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import _report, floor, probes, w_burndown, w_enqueue, w_latency, w_steady
+from tests import _evidence
+
+from . import _env, _report, floor, probes, w_burndown, w_enqueue, w_latency, w_steady
 from .__main__ import Case, derive_memory, environment, postgres_url, run_backend
 from ._targets import Target
 from .peers import _render as peers_render
@@ -169,12 +172,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peers-pg-admin", default=None,
                         help="as `python -m bench.peers --pg-admin` (default: a private "
                              "cluster with PostgreSQL's default settings)")
+    parser.add_argument("--save", type=Path, default=None,
+                        help="write the tables, the figures and the machine (with its "
+                             "commit) to this JSON file, which the README's bench-quick "
+                             "section is rendered from (make bench-quick: "
+                             "bench/results/quick.json)")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="multiply every size (a smoke run: 0.05)")
     args = parser.parse_args(argv)
     if args.scale != 1.0:
         SIZES.update({k: max(3, int(v * args.scale)) for k, v in SIZES.items()})
     began = time.monotonic()
+    machine = _env.machine()
+    machine["git"] = _evidence.stamp(_evidence.QUICK_MEASURED)
     floors: dict[str, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
         out = args.out or Path(stack.enter_context(tempfile.TemporaryDirectory(
@@ -196,24 +206,37 @@ def main(argv: list[str] | None = None) -> int:
                 derive_memory(out, backend, environment(target, {}))
         peer_result = None if args.no_peers else peers(args.repeat, args.peers_pg_admin)
         docs = _report.load(out)
+        tables = {"readme": relabel(_report.readme_table(docs)),
+                  "floors": floors_table(docs, floors)}
         print(f"\nThe README's table at bench-quick sizes ({SIZES['burndown']:,}-job burn-downs"
               f", {SIZES['steady_s']} s steady state), not `make bench`'s:")
-        print(relabel(_report.readme_table(docs)))
+        print(tables["readme"])
         print()
-        print(floors_table(docs, floors))
+        print(tables["floors"])
         print()
         print(f"sizes: {SIZES}; medians of {args.repeat}; targets are stated for "
               "`make bench`'s sizes")
         if peer_result is not None:
+            tables["peers"] = peers_render.table(peer_result)
+            tables["ratios"] = peers_render.ratio_line(peer_result)
             print()
-            print(peers_render.table(peer_result))
+            print(tables["peers"])
             print()
-            print(peers_render.ratio_line(peer_result))
+            print(tables["ratios"])
             for failure in peer_result["failures"]:
                 print(f"FAILED {failure['system']} {failure['workload'] or ''}: "
                       f"{failure['reason']}")
         print(PEERS_NOTE)
-        print(f"took {time.monotonic() - began:.0f} s")
+        took = time.monotonic() - began
+        print(f"took {took:.0f} s")
+        if args.save is not None:
+            args.save.write_text(json.dumps({
+                "date": time.strftime("%Y-%m-%d"), "machine": machine, "sizes": SIZES,
+                "repeat": args.repeat, "took_s": round(took), "floors": floors,
+                "tables": tables,
+                "peers_failures": peer_result["failures"] if peer_result else [],
+            }, indent=2, default=str) + "\n", encoding="utf-8")
+            print(f"wrote {args.save}")
     return 0
 
 

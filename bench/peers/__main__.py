@@ -37,7 +37,7 @@ from .. import _env
 from . import _driver, _render, _services, _systems
 
 #: What determines this tool's figures (the commit stamp says whether it was clean).
-MEASURED = ("src", "pyproject.toml", "bench/peers")
+MEASURED = _evidence.PEERS_MEASURED
 SIZES = {"e2e": 20_000, "single": 2_000, "bulk": 50_000, "latency": 200}
 
 

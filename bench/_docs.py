@@ -103,6 +103,14 @@ def readme_peers(results: Path) -> str:
             f"(measured code: {_evidence.describe(_evidence.PEERS_MEASURED)}).")
 
 
+def _without_last_columns(line: str, n: int) -> str:
+    """A markdown table line less its last ``n`` cells (other lines as they are)."""
+    if not line.startswith("|"):
+        return line
+    cells = line.strip().strip("|").split("|")
+    return "|" + "|".join(cells[:-n]) + "|"
+
+
 def readme_quick(results: Path) -> str:
     """``make bench-quick``'s tables: both backends, the floors and pgqueuer, one run."""
     if not (results / "quick.json").exists():
@@ -111,9 +119,12 @@ def readme_quick(results: Path) -> str:
     git, m = quick["machine"].get("git", {}), quick["machine"]
     reason = _evidence.staleness(git.get("commit"), git.get("clean"), _evidence.QUICK_MEASURED)
     tables = quick["tables"]
-    # make bench's own table markers stay unique in the README (its writer finds them)
-    main_table = "\n".join(ln for ln in tables["readme"].splitlines()
-                            if not ln.startswith("<!--"))
+    # make bench's own table markers and its stale-rows header stay unique in the README
+    # (its writer and tests/test_evidence.py find them); the stamp above says it instead
+    # and its commit and status columns go too (one stamp for the whole run)
+    main_table = "\n".join(_without_last_columns(ln, 2) for ln in tables["readme"].splitlines()
+                            if not ln.startswith("<!--") and "rows** measured" not in ln
+                            ).strip("\n")
     parts = [f"Measured {quick['date']} by `make bench-quick` ({quick['took_s']} s in all; "
              f"{m.get('cores')}-core {m.get('cpu')}, Python {m.get('python')}, SQLite "
              f"{m.get('sqlite')}; load average {m.get('loadavg_1m')} at the start), medians "

@@ -53,7 +53,7 @@ PEERS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", "bench/peers")
 #: What determines `make bench-quick`'s figures (bench/results/quick.json): its workloads
 #: (every top-level bench module), the peers' bench for its pgqueuer figures, the library.
 QUICK_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)bench/*.py", "bench/peers",
-                                   "tests/_pg.py")
+                                   "tests/_pg.py", ":(exclude)bench/_docs.py")
 
 #: What determines the chaos results: the library, the scenarios and their harness, the
 #: apps and fixtures they run, the property-based model test.

@@ -38,7 +38,7 @@ BENCH_TOOLS: dict[str, tuple[str, ...]] = {
 BENCH_TOOL_FILES: tuple[str, ...] = tuple(sorted(
     {f for files in BENCH_TOOLS.values() for f in files}
     | {"bench/model.py", "bench/profile.py", "bench/retention.py",
-       "bench/ab.py", "bench/_ab_run.py", "bench/quick.py"}))
+       "bench/ab.py", "bench/_ab_run.py", "bench/quick.py", "bench/floor_enqueue.py"}))
 
 #: What determines the benchmark figures: the library, the suite's own code, the
 #: dependencies. Git pathspecs, relative to the repository root.

@@ -188,6 +188,25 @@ def test_burndown_floor_on_postgres(postgres_db_url: str, tmp_path: Path) -> Non
         assert figures["acked"] == 500 and figures["jobs_per_s"] > 0, (name, figures)
 
 
+@pytest.mark.postgres
+def test_single_enqueue_floor_on_postgres(postgres_db_url: str, tmp_path: Path) -> None:
+    """bench-quick's single-enqueue floor stores every row it times, on both kinds of
+    psycopg connection, and leaves the database empty."""
+    from bench import floor_enqueue
+    from bench._targets import Target
+
+    target = Target.postgres(postgres_db_url, tmp_path)
+    try:
+        result = floor_enqueue.single_insert(target, count=30, warm=5)
+        left = target.query("SELECT count(*) FROM conveyor_jobs")[0][0]
+    finally:
+        target.close()
+    for kind in ("async", "sync"):
+        assert result[kind]["stored"] == 35 and result[kind]["exactly_once"], result
+        assert result[kind]["jobs_per_s"] > 0, result
+    assert left == 0
+
+
 def test_capacity_and_model_refuse_bad_input(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """Bad sizes and rates are usage errors (exit 2) before any database is touched; a

@@ -109,6 +109,16 @@ WHOLE_READS: dict[str, Whole] = {
         "every queue's cool-down (one row per queue ever throttled), read by each worker",
         sqlite={"sqlite_autoindex_conveyor_queue_cooldowns_1"},
         postgres={"conveyor_queue_cooldowns_pkey"}),
+    "limiter_declared_list": whole(
+        "every declared limiter (one row per limiter name)",
+        sqlite={"sqlite_autoindex_conveyor_limiters_1"}, postgres={"conveyor_limiters_pkey"}),
+    "limiter_holder_list": whole(
+        "every live slot of every limiter (at most each limiter's concurrency per key)",
+        sqlite={"sqlite_autoindex_conveyor_limiter_slots_1"},
+        postgres={"conveyor_limiter_slots_pkey"}),
+    "limiter_slot_prune": whole(
+        "leases that ran out, among the few live slots (the pruner's rare pass)",
+        sqlite={"conveyor_limiter_slots"}, postgres={"conveyor_limiter_slots"}),
     "schedule_list": whole(
         "lists every schedule (one row per declared schedule)",
         sqlite={"sqlite_autoindex_conveyor_schedules_1"}, postgres={"conveyor_schedules_pkey"}),

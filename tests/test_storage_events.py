@@ -65,6 +65,9 @@ NO_JOB_WRITES = frozenset({
     "schedule_set_paused", "schedule_advance", "schedule_delete", "rate_limit_acquire",
     "rate_limit_get", "job_concurrency_holders", "queue_cooldown_raise",
     "queue_cooldown_list", "queue_cooldown_clear",
+    # limiters: their own tables, no job
+    "limiter_declare", "limiter_slot_acquire", "limiter_slot_renew", "limiter_slot_release",
+    "limiter_list",
     # metrics
     "metrics_add", "metrics_series", "metrics_totals", "metrics_depth_sample",
     "metrics_depth_series", "metrics_prune",

@@ -30,6 +30,7 @@ from ._errors import (
     JobDiscardedError,
     JobFailedError,
     JobNotFoundError,
+    LimitExceeded,
     PayloadTooLargeError,
     ScheduleNotFoundError,
     SchemaError,
@@ -47,6 +48,8 @@ if _typing.TYPE_CHECKING:
         Batch,
         Conveyor,
         Dependency,
+        Limiter,
+        Permit,
         QueueInfo,
         ScheduleInfo,
         WorkflowEdge,
@@ -67,7 +70,7 @@ if _typing.TYPE_CHECKING:
 #: Public name -> the module that defines it, imported on first use (PEP 562): ``import
 #: conveyor`` stays cheap (no worker, no storage, no driver), and ``conveyor --help`` with it.
 _LAZY_MODULES: dict[str, tuple[str, ...]] = {
-    "._app": ("Batch", "Conveyor", "Dependency", "QueueInfo", "ScheduleInfo",
+    "._app": ("Batch", "Conveyor", "Dependency", "Limiter", "Permit", "QueueInfo", "ScheduleInfo",
               "WorkflowEdge", "WorkflowInfo", "WorkflowRun"),
     "._config": ("ConveyorConfig", "WorkerConfig"),
     "._context": ("JobContext", "current_job"),
@@ -121,7 +124,10 @@ __all__ = [
     "JobNotFoundError",
     "JobSpec",
     "JobState",
+    "LimitExceeded",
+    "Limiter",
     "PayloadTooLargeError",
+    "Permit",
     "QueueInfo",
     "RateLimit",
     "Schedule",

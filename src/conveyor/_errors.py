@@ -81,6 +81,20 @@ class BatchClosedError(InvalidStateError):
     """Jobs cannot be added to a batch that is closed."""
 
 
+class LimitExceeded(ConveyorError):
+    """A limiter (``app.limiter``) did not grant within ``timeout`` seconds, outside a
+    job (inside a handler the job is snoozed instead). ``retry_after``: seconds until
+    the next chance, as far as the limiter knows.
+
+    Example: ``except LimitExceeded as e: return Response(status=429, headers={"Retry-After": ...})``
+    """
+
+    def __init__(self, message: str, *, name: str, key: str | None = None,
+                 retry_after: float = 0.0) -> None:
+        super().__init__(message)
+        self.name, self.key, self.retry_after = name, key, retry_after
+
+
 class _JobSignal(Exception):
     """Raised by a handler to choose its job's outcome instead of failing."""
 

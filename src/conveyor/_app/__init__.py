@@ -25,6 +25,8 @@ from .._storage import (
     FailureGroup,
     JobFilter,
     LeaderRow,
+    LimiterHolder,
+    LimiterRow,
     MetricPoint,
     MetricTotal,
     Migration,
@@ -38,7 +40,9 @@ from .._storage import (
 from .app import Conveyor
 from .composition import Batch, Dependency, WorkflowEdge, WorkflowInfo, WorkflowRun
 from .control import QueueInfo, ScheduleInfo
+from .limiters import Hold, Limiter
 from .maintenance import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
+from .permits import Permit
 
 if TYPE_CHECKING:
     from .._runtime.inprocess import DrainResult, Outcome
@@ -55,9 +59,38 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
-    "BULK_ALLOWED_STATES", "BULK_DEFAULT_STATES", "Batch", "Conveyor", "DbHealth", "Dependency",
-    "DepthPoint", "DrainResult", "FailureGroup", "JobFilter", "LeaderRow", "MetricPoint",
-    "MetricTotal", "Migration", "NodeRow", "Outcome", "QueueInfo", "QueueRow", "ScheduleInfo",
-    "ScheduleNotFoundError", "StateCount", "Storage", "WorkflowEdge", "WorkflowInfo",
-    "WorkflowRun", "bulk_filter", "bulk_states", "create_database", "drop_database",
+    "BULK_ALLOWED_STATES",
+    "BULK_DEFAULT_STATES",
+    "Batch",
+    "Conveyor",
+    "DbHealth",
+    "Dependency",
+    "DepthPoint",
+    "DrainResult",
+    "FailureGroup",
+    "Hold",
+    "JobFilter",
+    "LeaderRow",
+    "Limiter",
+    "LimiterHolder",
+    "LimiterRow",
+    "MetricPoint",
+    "MetricTotal",
+    "Migration",
+    "NodeRow",
+    "Outcome",
+    "Permit",
+    "QueueInfo",
+    "QueueRow",
+    "ScheduleInfo",
+    "ScheduleNotFoundError",
+    "StateCount",
+    "Storage",
+    "WorkflowEdge",
+    "WorkflowInfo",
+    "WorkflowRun",
+    "bulk_filter",
+    "bulk_states",
+    "create_database",
+    "drop_database",
 ]

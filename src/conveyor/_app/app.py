@@ -8,11 +8,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .._job import Job, JobState
-from .._storage import JobFilter, LeaderRow, Migration, NodeRow
+from .._storage import JobFilter, LeaderRow, LimiterRow, Migration, NodeRow
 from .._task import JobSpec
 from .._workflow import Chain, Chord, Group, Workflow
 from .composition import Batch, Dependency, WorkflowInfo, WorkflowRun
 from .control import KEEP, QueueInfo, ScheduleInfo, _Keep
+from .limiters import Limiter, declare, list_limiters
 from .maintenance import DEFAULT_BATCH, OnCount, OnProgress
 from .testing import TestingApp
 
@@ -135,6 +136,26 @@ class Conveyor(TestingApp):
 
     def remove_schedule(self, name: str) -> None:
         self._sync(self.remove_schedule_async(name))
+
+    # -- limiters (the core is in limiters.py) ----------------------------------------------
+
+    def limiter(self, name: str, *, rate: str | None = None, concurrency: int | None = None,
+                burst: int = 1, lease: float = 30.0, wait: float = 5.0,
+                timeout: float | None = 30.0) -> Limiter:
+        """A cluster-wide limiter for code in handlers or outside jobs.
+
+        Example: ``slack = app.limiter("slack", rate="20/s")`` then ``with slack: ...``;
+        ``ocr = app.limiter("ocr", concurrency=3)`` then ``with ocr.hold(key=acct): ...``
+        """
+        return declare(self, name, rate=rate, concurrency=concurrency, burst=burst,
+                       lease=lease, wait=wait, timeout=timeout)
+
+    async def list_limiters_async(self) -> list[LimiterRow]:
+        return await list_limiters(self)
+
+    def list_limiters(self) -> list[LimiterRow]:
+        """Example: ``[(r.name, len(r.holders)) for r in app.list_limiters()]``"""
+        return self._sync(self.list_limiters_async())
 
     # -- queues and cluster -----------------------------------------------------------------
 

@@ -9,7 +9,7 @@ import dataclasses
 import re
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._clock import VirtualClock
 from .._config import ConveyorConfig, check_version, url_from_env
@@ -19,6 +19,9 @@ from .._payload_types import TypeCodec
 from .._portal import Portal
 from .._registry import AppRegistry
 from .._storage import Migration, Storage, WakeHub, create_storage
+
+if TYPE_CHECKING:
+    from .limiters import Limiter
 
 T = TypeVar("T")
 #: Who asked for a change, as a state-change event names it.
@@ -41,6 +44,8 @@ class AppBase:
         self.hooks = self.registry.hooks
         #: Argument types beyond JSON that this app stores (``register_type``).
         self.codec = TypeCodec()
+        #: ``app.limiter``'s limiters by name (``_app/limiters.py``).
+        self.limiters: dict[str, Limiter] = {}
         self._hub = WakeHub()
         self._portal = Portal(self.close_async)
         #: Put around every storage this app opens (``wrap_storage``).

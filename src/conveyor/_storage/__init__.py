@@ -57,6 +57,7 @@ from .job_types import (
     StateCount,
 )
 from .lazy_inserts import LazyInserts
+from .limiter_types import LimiterDeclareParams, LimiterHolder, LimiterRow, LimiterSlotParams
 from .metric_types import (
     DepthPoint,
     MetricPoint,
@@ -180,6 +181,10 @@ __all__ = [
     "LeaderElectParams",
     "LeaderResignParams",
     "LeaderRow",
+    "LimiterDeclareParams",
+    "LimiterHolder",
+    "LimiterRow",
+    "LimiterSlotParams",
     "MetricPoint",
     "MetricRow",
     "MetricTotal",

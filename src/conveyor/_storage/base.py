@@ -203,6 +203,7 @@ class BaseStorage(ToolkitStorage):
         deleted += len(await self._write("job_history_prune", values))
         await self._write("node_prune", {"age": params.node_age})
         await self._write("rate_limit_prune", {"age": params.node_age})
+        await self._write("limiter_slot_prune", {})
         return deleted
 
     # -- maintenance: delete one job, purge many (<dialect>/sql/maintenance.sql) ---------

@@ -22,6 +22,7 @@ from .control_types import (
     ScheduleUpsertParams,
 )
 from .cooldown_types import QueueCooldownRaiseParams, QueueCooldownRow
+from .limiter_types import LimiterDeclareParams, LimiterHolder, LimiterRow, LimiterSlotParams
 from .metric_types import (
     DepthPoint,
     MetricPoint,
@@ -106,6 +107,36 @@ class ClusterStorage(BaseStorage):
     async def queue_cooldown_clear(self, queue: str) -> bool:
         return bool(await self._write("queue_cooldown_clear", {"queue": queue}))
 
+    # -- limiters (app.limiter; <dialect>/sql/limiters.sql) --------------------------------
+
+    async def limiter_declare(self, params: LimiterDeclareParams) -> None:
+        await self._write("limiter_declare", dataclasses.asdict(params))
+
+    async def limiter_slot_acquire(self, params: LimiterSlotParams) -> bool:
+        """One statement in SQLite's write transaction (PostgreSQL locks first)."""
+        return bool(await self._write("limiter_slot_take", _slot_values(params)))
+
+    async def limiter_slot_renew(self, params: LimiterSlotParams) -> bool:
+        return bool(await self._write("limiter_slot_renew", _slot_values(params)))
+
+    async def limiter_slot_release(self, params: LimiterSlotParams) -> bool:
+        return bool(await self._write("limiter_slot_release", _slot_values(params)))
+
+    async def limiter_list(self) -> list[LimiterRow]:
+        holders: dict[str, list[LimiterHolder]] = {}
+        for r in await self._read("limiter_holder_list", {}):
+            acquired, expires = ts(r["acquired_at"]), ts(r["lease_expires_at"])
+            assert acquired is not None and expires is not None
+            holders.setdefault(r["name"], []).append(LimiterHolder(
+                r["name"], r["key"], r["holder"], acquired, expires, float(r["remaining"])))
+        rows = []
+        for r in await self._read("limiter_declared_list", {}):
+            updated = ts(r["updated_at"])
+            assert updated is not None
+            rows.append(LimiterRow(r["name"], r["rate"], r["concurrency"], float(r["lease"]),
+                                   updated, tuple(holders.get(r["name"], ()))))
+        return rows
+
     # -- metrics -----------------------------------------------------------------------------
 
     async def metrics_series(self, params: MetricsSeriesParams) -> list[MetricPoint]:
@@ -123,6 +154,11 @@ class ClusterStorage(BaseStorage):
     async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]:
         rows = await self._read("metrics_depth_series", {"since": params.since})
         return [DepthPoint(float(r["bucket"]), r["queue"], r["state"], int(r["n"])) for r in rows]
+
+
+def _slot_values(params: LimiterSlotParams) -> dict[str, object]:
+    return {"name": params.name, "key": params.key, "holder": params.holder,
+            "limit": params.limit, "lease": float(params.lease)}
 
 
 def _cooldown_row(r: Row) -> QueueCooldownRow:

@@ -59,6 +59,7 @@ from .job_types import (
     StagedJob,
     StateCount,
 )
+from .limiter_types import LimiterDeclareParams, LimiterRow, LimiterSlotParams
 from .metric_types import (
     DepthPoint,
     MetricPoint,
@@ -194,6 +195,22 @@ class Storage(Protocol):
         """Grant concurrency slots to running jobs, never more than each key's limit."""
 
     async def job_concurrency_holders(self, key: str) -> list[int]: ...
+
+    async def limiter_declare(self, params: LimiterDeclareParams) -> None:
+        """Record what a limiter was declared as (the last declaration wins)."""
+
+    async def limiter_slot_acquire(self, params: LimiterSlotParams) -> bool:
+        """Lease a slot to ``params.holder`` if fewer than ``params.limit`` other live
+        leases hold (name, key); race-free across processes. False: none free."""
+
+    async def limiter_slot_renew(self, params: LimiterSlotParams) -> bool:
+        """Extend a live lease; False if it ran out (the slot may be someone else's)."""
+
+    async def limiter_slot_release(self, params: LimiterSlotParams) -> bool:
+        """Give the slot back; False if it was not held (its lease ran out and was pruned)."""
+
+    async def limiter_list(self) -> list[LimiterRow]:
+        """Every declared limiter with its live holders."""
 
     async def queue_cooldown_raise(self, params: QueueCooldownRaiseParams) -> QueueCooldownRow:
         """Start or grow the queue's cluster-wide cool-down; returns it as it now is."""

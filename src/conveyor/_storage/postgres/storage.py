@@ -38,6 +38,7 @@ from ..job_types import (
     JobProgress,
 )
 from ..lazy_inserts import is_plain
+from ..limiter_types import LimiterSlotParams
 from ..metric_types import MetricRow
 from ..rows import job_from_row, leader_row, sort_for_claim
 from ..unique import run_async, run_sync, unique_insert
@@ -253,6 +254,14 @@ class PostgresStorage(PostgresPools):
                     await self._fetch("rate_limit_set", {"key": request.key, "tat": new_tat}, conn)
                 grants[i] = RateGrant(granted, wait)
         return [grants[i] for i in range(len(requests))]
+
+    async def limiter_slot_acquire(self, params: LimiterSlotParams) -> bool:
+        """An advisory lock per (name, key), then the count and the insert it allows."""
+        values = {"name": params.name, "key": params.key, "holder": params.holder,
+                  "limit": params.limit, "lease": float(params.lease)}
+        async with self._transaction() as conn:
+            await self._fetch("limiter_slot_lock", values, conn)
+            return bool(await self._fetch("limiter_slot_take", values, conn))
 
     async def job_concurrency_acquire(self, groups: Sequence[ConcurrencyGroup]) -> frozenset[int]:
         """An advisory lock per concurrency key, taken in key order."""

@@ -28,7 +28,7 @@ PACKAGE = "conveyor"
 LAYERS: dict[str, tuple[str, ...]] = {
     # records, rules and helpers that know no database and no app
     "model": (
-        "conveyor._clock", "conveyor._config", "conveyor._context", "conveyor._cron",
+        "conveyor._chunk", "conveyor._clock", "conveyor._config", "conveyor._context", "conveyor._cron",
         "conveyor._dependencies", "conveyor._errors", "conveyor._format", "conveyor._job",
         "conveyor._limits", "conveyor._logfields", "conveyor._metric_schema",
         "conveyor._payload", "conveyor._payload_crypt", "conveyor._payload_hints",
@@ -65,6 +65,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "runtime": (
         "conveyor._runtime",
         "conveyor._runtime.acker", "conveyor._runtime.admission", "conveyor._runtime.archiver",
+        "conveyor._runtime.chunks",
         "conveyor._runtime.cooldown", "conveyor._runtime.cron", "conveyor._runtime.executor",
         "conveyor._runtime.heartbeat", "conveyor._runtime.inprocess",
         "conveyor._runtime.leader", "conveyor._runtime.metrics", "conveyor._runtime.producer",

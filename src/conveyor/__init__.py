@@ -18,6 +18,7 @@ Example::
 import importlib as _importlib
 import typing as _typing
 
+from ._chunk import Chunk, ChunkJob, ChunkResult
 from ._errors import (
     BatchClosedError,
     BatchNotFoundError,
@@ -106,6 +107,9 @@ __all__ = [
     "Cancel",
     "Chain",
     "Chord",
+    "Chunk",
+    "ChunkJob",
+    "ChunkResult",
     "Conveyor",
     "ConveyorConfig",
     "ConveyorError",

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from . import _payload, _payload_crypt
+from ._chunk import Chunk, check_chunk_handler
 from ._dependencies import FailurePolicy, check_policy, dependency_ids
 from ._errors import PayloadTooLargeError
 from ._job import Job
@@ -62,6 +63,8 @@ class TaskOptions:
     backoff_takes_exception: bool = False
     #: Seal the arguments at rest with CONVEYOR_ENCRYPTION_KEYS (docs/arguments.md).
     encrypt: bool = False
+    #: Run the jobs in chunks: the handler takes a list of ``ChunkJob`` (conveyor._chunk).
+    chunk: Chunk | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -228,6 +231,12 @@ class Task(_Enqueuer[P], Generic[P, R]):
         self.codec = codec
         self.is_async = inspect.iscoroutinefunction(fn)
         self.signature = inspect.signature(fn)
+        #: The function whose parameters a job's arguments are converted to.
+        self._shape: Callable[..., Any] = fn
+        if defaults.chunk is not None:  # each job's arguments are free: the list is fn's
+            check_chunk_handler(defaults.name, fn, defaults.chunk)
+            self.signature = inspect.signature(_any_arguments)
+            self._shape = _any_arguments
         #: Positional parameters' names, to name an argument that cannot be stored.
         self.positional = tuple(p.name for p in self.signature.parameters.values()
                                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
@@ -294,7 +303,7 @@ class Task(_Enqueuer[P], Generic[P, R]):
             args, kwargs = _payload_crypt.unseal(self.name, args[0])
         plan = self._plan
         if plan is None:
-            plan = self._plan = CallPlan(self.name, self.fn, self.codec)
+            plan = self._plan = CallPlan(self.name, self._shape, self.codec)
         return plan.apply(args, kwargs)
 
     def options(
@@ -332,7 +341,19 @@ class Task(_Enqueuer[P], Generic[P, R]):
         return TaskWithOptions(self, opts)
 
 
+def _any_arguments(*args: Any, **kwargs: Any) -> None:
+    """The signature of one job of a chunk task: any JSON arguments (the handler
+    takes the list of them)."""
+
+
 class TaskDecorator(Protocol):
     """What ``@app.task(...)`` with options returns: it keeps the function's signature."""
 
     def __call__(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+
+class ChunkTaskDecorator(Protocol):
+    """What ``@app.task(chunk=Chunk(...))`` returns: the handler takes the list of jobs,
+    while each job is enqueued with any JSON arguments of its own."""
+
+    def __call__(self, fn: Callable[..., Any], /) -> Task[..., Any]: ...

@@ -81,12 +81,14 @@ def failing(app: Conveyor, kind: str) -> Task[Any, Any]:
         async def broken_async(order: int, card: dict[str, str]) -> None:
             raise ValueError(f"order {order} is broken")
 
-        return app.task(name="broken", max_attempts=3, **NO_BACKOFF)(broken_async)
+        task: Task[Any, Any] = app.task(name="broken", max_attempts=3, **NO_BACKOFF)(broken_async)
+        return task
 
     def broken_sync(order: int, card: dict[str, str]) -> None:
         raise ValueError(f"order {order} is broken")
 
-    return app.task(name="broken", max_attempts=3, **NO_BACKOFF)(broken_sync)
+    plain: Task[Any, Any] = app.task(name="broken", max_attempts=3, **NO_BACKOFF)(broken_sync)
+    return plain
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])

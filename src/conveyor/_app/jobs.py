@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar, overload
 
 from .. import _payload, _payload_crypt
+from .._chunk import Chunk
 from .._config import UnsetQueues, WorkerConfig
 from .._cron import Misfire, Schedule
 from .._errors import JobNotFoundError
@@ -20,7 +21,7 @@ from .._storage import (
     LazyInserts,
     Storage,
 )
-from .._task import JobSpec, Task, TaskDecorator, TaskOptions
+from .._task import ChunkTaskDecorator, JobSpec, Task, TaskDecorator, TaskOptions
 from .._task_inserts import to_inserts
 from .._task_retry import (
     AnyBackoff,
@@ -291,6 +292,17 @@ class JobsApp(ResultsApp):
         encrypt: bool = False,
     ) -> TaskDecorator: ...
 
+    @overload
+    def task(
+        self, *, chunk: Chunk, name: str | None = None, queue: str = "default",
+        priority: int = 0, max_attempts: int = 20, timeout: float | None = None,
+        backoff: AnyBackoff | None = None, tags: Sequence[str] = (),
+        unique: Unique | None = None, rate_limit: RateLimit | str | None = None,
+        concurrency: int | None = None, concurrency_key: KeyFunc | None = None,
+        retry_on: ExceptionSpec = (), discard_on: ExceptionSpec = (),
+        encrypt: bool = False,
+    ) -> ChunkTaskDecorator: ...
+
     def task(
         self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
         queue: str = "default", priority: int = 0, max_attempts: int = 20,
@@ -298,7 +310,7 @@ class JobsApp(ResultsApp):
         tags: Sequence[str] = (), unique: Unique | None = None,
         rate_limit: RateLimit | str | None = None, concurrency: int | None = None,
         concurrency_key: KeyFunc | None = None, retry_on: ExceptionSpec = (),
-        discard_on: ExceptionSpec = (), encrypt: bool = False,
+        discard_on: ExceptionSpec = (), encrypt: bool = False, chunk: Chunk | None = None,
     ) -> Any:
         """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``).
 
@@ -307,6 +319,8 @@ class JobsApp(ResultsApp):
         ``backoff=`` is seconds, ``callable(attempt)`` or ``callable(attempt, exc)``.
         ``encrypt=True`` seals its arguments at rest with ``CONVEYOR_ENCRYPTION_KEYS``
         (the ``conveyor[encryption]`` extra; docs/arguments.md).
+        ``chunk=Chunk(size=100, wait=1.0)`` runs its jobs in chunks: the handler takes
+        a list of ``ChunkJob`` and returns a list of results (docs/flow-control.md).
         """
         retry_types = check_exception_types("retry_on", retry_on)
         discard_types = check_exception_types("discard_on", discard_on)
@@ -336,7 +350,7 @@ class JobsApp(ResultsApp):
                 rate_limit=RateLimit(rate_limit) if isinstance(rate_limit, str) else rate_limit,
                 concurrency=limit, concurrency_key=concurrency_key,
                 retry_on=retry_types, discard_on=discard_types,
-                backoff_takes_exception=backoff_exc, encrypt=encrypt,
+                backoff_takes_exception=backoff_exc, encrypt=encrypt, chunk=chunk,
             )
             task = Task(self, func, options, self.codec)
             self.tasks[task_name] = task

@@ -239,8 +239,14 @@ class ResultsApp(AppBase):
             "_result_decoders", {})
         if task_name not in decoders:
             task = self.tasks.get(task_name)
-            decoders[task_name] = None if task is None else _decoder(task.fn, task.codec)
+            # a chunk handler's annotation is of the list: untag a job's result only
+            decoders[task_name] = (None if task is None else _decoder(
+                task.fn if task.defaults.chunk is None else _untyped, task.codec))
         return decoders[task_name]
+
+
+def _untyped() -> Any:
+    """No return annotation: a result is only untagged."""
 
 
 def _decoder(fn: Callable[..., Any], codec: Any) -> Callable[[Any], Any]:

@@ -54,6 +54,9 @@ class Producer:
         #: Claims pause above max(limit, fetch_limit) of them: a slow database must not
         #: let claimed jobs pile up while their acks queue (leases would run out).
         self.unacked: Callable[[], int] = lambda: 0
+        #: Jobs a gathering chunk can still take (``conveyor._runtime.chunks``): added
+        #: to the claim's size, as a chunk counts as one running job. 0 without chunks.
+        self.room = 0
         self._wake = asyncio.Event()
         self._poll = storage.capabilities.poll_interval
         self._hold_until = 0.0
@@ -80,7 +83,7 @@ class Producer:
 
     async def run_once(self) -> int:
         """Claim up to the free capacity and start each job; returns how many."""
-        demand = min(self.limit - self.running, self._fetch_limit,
+        demand = min(self.limit - self.running + self.room, self._fetch_limit,
                      max(self.limit, self._fetch_limit) - self.unacked())
         if self.paused or demand <= 0:
             self.idle, self.saturated = self.running == 0, False
@@ -110,7 +113,7 @@ class Producer:
                 except Exception as exc:
                     failures += 1
                     log.warning("fetch from queue %r failed: %s", self.queue, exc)
-                if claimed and self.saturated and self.running < self.limit:
+                if claimed and self.saturated and (self.running < self.limit or self.room):
                     continue  # maybe more waiting: ask again at once
             timeout = held if held > 0 else self._poll * min(2**failures, 16)
             waiter = asyncio.ensure_future(self._wake.wait())

@@ -23,10 +23,11 @@ from .._context import JobContext, ShutdownSignal
 from .._job import Job, JobState
 from .._observed import ObservedStorage
 from .._registry import Registry
-from .._storage import JobAck, Storage
+from .._storage import JobAck, Storage, make_ack
 from .acker import Acker
 from .admission import Admission
 from .archiver import Archiver
+from .chunks import ChunkCall, Chunker, chunk_tasks
 from .cooldown import Cooldowns
 from .cron import CronScheduler
 from .executor import Execution, Executor
@@ -90,9 +91,13 @@ class Worker:
                                  self.node_id, unknown_task_timeout=config.unknown_task_timeout)
         self.acker = Acker(storage, self._on_flushed, self.node_id)
         self.admission = Admission(registry.tasks, storage, self._push)
+        #: Gathers and runs chunk tasks' jobs; None (and no cost) when no task has chunks.
+        self.chunker = (Chunker(ChunkCall(self.executor), self.executor, self._chunk_done)
+                        if chunk_tasks(registry.tasks) else None)
+        start = self._start if self.chunker is None else self._start_any
         self.producers = {
             queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,
-                            config.fetch_limit, self._start, self.admission.admit)
+                            config.fetch_limit, start, self.admission.admit)
             for queue, limit in config.queues.items()
         }
         for producer in self.producers.values():
@@ -145,6 +150,45 @@ class Worker:
         self._executions[job.id] = ex
         ex.task = spawn(self._run_execution(ex, producer))
 
+    def _start_any(self, job: Job, producer: Producer) -> None:
+        """``_start`` of a worker with chunk tasks: a chunk task's job goes to the
+        chunker; a job that would take a slot above the queue's limit (claimed for a
+        chunk's room) goes back at once, its attempt returned."""
+        chunker = self.chunker
+        assert chunker is not None
+        task = self.registry.tasks.get(job.task)
+        chunked = task is not None and task.defaults.chunk is not None
+        if producer.running > producer.limit and not (
+                chunked and chunker.joins(job.task, producer)):
+            producer.running -= 1
+            chunker.no_room(producer)
+            assert job.lease_token is not None
+            self.acker.push(make_ack(id=job.id, lease_token=job.lease_token,
+                                     state=JobState.AVAILABLE, delay=0.0, attempt_delta=-1,
+                                     run_time=0.0))
+            return
+        if not chunked:
+            self._start(job, producer)
+            return
+        assert task is not None
+        ex = Execution(job, JobContext(job, _shutdown=self.shutdown_signal,
+                                       _meta_cap=self._meta_cap))
+        self._executions[job.id] = ex
+        chunker.add(ex, task, producer)
+
+    def _chunk_done(self, ex: Execution, ack: JobAck | None, producer: Producer) -> None:
+        """One job of a chunk ended (``_run_execution``'s tail, without the slot: the
+        chunker gives the chunk's slot back once)."""
+        if ex.throttle is not None:
+            if ex.throttle_scope == "queue":
+                self.cooldowns.raised(producer.queue, ex.throttle)
+            else:
+                producer.hold(ex.throttle)
+        if ack is None:
+            self._executions.pop(ex.job.id, None)
+        else:
+            self._push(ack)
+
     async def _run_execution(self, ex: Execution, producer: Producer) -> None:
         try:
             ack = await self.executor.execute(ex)
@@ -191,7 +235,8 @@ class Worker:
 
     def _unacked(self) -> int:
         """Attempts that ended and wait for their outcome to be written."""
-        return len(self._executions) - sum(p.running for p in self.producers.values())
+        held = self.chunker.held if self.chunker is not None else 0
+        return len(self._executions) - sum(p.running for p in self.producers.values()) - held
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -202,6 +247,8 @@ class Worker:
                      self.config.shutdown_timeout)
             self._stopping.set()
             self.shutdown_signal.set()  # handlers see it now, not at shutdown_timeout
+            if self.chunker is not None:  # gathering chunks run now, with what they have
+                self.chunker.fire_all()
             for producer in self.producers.values():
                 producer.wake()
 

@@ -1,0 +1,256 @@
+"""Chunk tasks on a real worker, on both backends: the handler takes many jobs at once,
+and each job keeps its own result, attempts, retries and state."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from conveyor import Chunk, ChunkJob, ChunkResult, Conveyor, JobState, Snooze
+
+from ._runtime_util import FAST, all_final, run_worker_until
+
+ONE_SLOT = dataclasses.replace(FAST, queues={"default": 1})
+
+
+async def _jobs(app: Conveyor, task: str) -> list[Any]:
+    return sorted(await app.list_jobs_async(task=task, limit=1000), key=lambda j: j.id)
+
+
+def test_results_per_job_in_full_chunks(app: Conveyor) -> None:
+    """25 waiting jobs on a queue of one slot: chunks of 10, 10 and 5, each job
+    completes with its own result; the last chunk runs after ``wait``, not full."""
+    sizes: list[int] = []
+
+    @app.task(chunk=Chunk(size=10, wait=0.3))
+    async def double(jobs: list[ChunkJob]) -> list[int]:
+        sizes.append(len(jobs))
+        assert all(isinstance(j, ChunkJob) and j.attempt == 1 for j in jobs)
+        return [j.args[0] * 2 + j.kwargs.get("plus", 0) for j in jobs]
+
+    async def main() -> None:
+        jobs = await app.enqueue_many_async(
+            [double.job(i, plus=100) if i == 3 else double.job(i) for i in range(25)])
+        await run_worker_until(app, all_final(app), config=ONE_SLOT)
+        done = {j.id: j for j in await _jobs(app, "double")}
+        for i, job in enumerate(jobs):
+            got = done[job.id]
+            assert got.state is JobState.COMPLETED and got.attempt == 1
+            assert got.result == i * 2 + (100 if i == 3 else 0)
+        assert sorted(sizes, reverse=True) == [10, 10, 5]
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_sync_handler_and_a_short_chunk_after_wait(app: Conveyor) -> None:
+    """A sync handler runs in a thread; 3 jobs with size 50 run as one chunk of 3 once
+    ``wait`` is over."""
+    calls: list[tuple[int, bool]] = []
+
+    @app.task(chunk=Chunk(size=50, wait=0.5))
+    def upper(jobs: list[ChunkJob]) -> list[str]:
+        calls.append((len(jobs), threading.current_thread() is threading.main_thread()))
+        return [str(j.args[0]).upper() for j in jobs]
+
+    async def main() -> None:
+        await app.enqueue_many_async([upper.job(w) for w in ("a", "b", "c")])
+        started = time.monotonic()
+        await run_worker_until(app, all_final(app))
+        assert time.monotonic() - started >= 0.4  # it waited for more to come
+        assert calls == [(3, False)]
+        assert sorted(j.result for j in await _jobs(app, "upper")) == ["A", "B", "C"]
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_raise_fails_every_job_each_with_its_own_attempts(app: Conveyor) -> None:
+    """Raising fails the chunk's jobs; each retries by its own policy and counts its
+    own attempts (here 2, then discarded), with its own error entries."""
+    calls: list[list[int]] = []
+
+    @app.task(chunk=Chunk(size=5, wait=0.2), max_attempts=2, backoff=0)
+    async def broken(jobs: list[ChunkJob]) -> list[None]:
+        calls.append(sorted(j.attempt for j in jobs))
+        raise ConnectionError("upstream down")
+
+    async def main() -> None:
+        await app.enqueue_many_async([broken.job(i) for i in range(5)])
+        await run_worker_until(app, all_final(app))
+        jobs = await _jobs(app, "broken")
+        assert [j.state for j in jobs] == [JobState.DISCARDED] * 5
+        assert all(j.attempt == 2 and len(j.errors) == 2 for j in jobs)
+        assert all("ConnectionError: upstream down" in j.errors[-1]["error"] for j in jobs)
+        assert sum(len(c) for c in calls) == 10 and all(set(c) <= {1, 2} for c in calls)
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_chunk_result_fails_some(app: Conveyor) -> None:
+    """``ChunkResult(failed=...)``: those jobs fail (and retry) alone; the others complete
+    with their results; a Snooze in it snoozes that job without using an attempt."""
+
+    snoozed: set[int] = set()
+
+    @app.task(chunk=Chunk(size=10, wait=0.2), max_attempts=3, backoff=0)
+    async def parse(jobs: list[ChunkJob]) -> ChunkResult:
+        failed: dict[int, BaseException] = {}
+        results: dict[int, Any] = {}
+        for j in jobs:
+            if j.args[0] == "bad":
+                failed[j.id] = ValueError(f"cannot parse {j.args[0]!r}")
+            elif j.args[0] == "later" and j.id not in snoozed:
+                snoozed.add(j.id)
+                failed[j.id] = Snooze(0)
+            else:
+                results[j.id] = len(j.args[0])
+        return ChunkResult(failed=failed, results=results)
+
+    async def main() -> None:
+        await app.enqueue_many_async([parse.job(w) for w in ("ok", "bad", "fine", "later")])
+        await run_worker_until(app, all_final(app))
+        by_arg = {j.args[0]: j for j in await _jobs(app, "parse")}
+        assert by_arg["ok"].state is JobState.COMPLETED and by_arg["ok"].result == 2
+        assert by_arg["fine"].result == 4 and by_arg["fine"].attempt == 1
+        bad = by_arg["bad"]
+        assert bad.state is JobState.DISCARDED and bad.attempt == 3
+        assert all("ValueError: cannot parse 'bad'" in e["error"] for e in bad.errors)
+        later = by_arg["later"]
+        assert later.state is JobState.COMPLETED and later.result == 5 and later.attempt == 1
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("returned", ["short", "not a list", "unknown id"])
+def test_a_wrong_result_fails_the_jobs_with_a_clear_error(app: Conveyor, returned: str) -> None:
+    @app.task(chunk=Chunk(size=4, wait=0.2), max_attempts=1)
+    async def sloppy(jobs: list[ChunkJob]) -> Any:
+        if returned == "short":
+            return [1] * (len(jobs) - 1)
+        if returned == "unknown id":
+            return ChunkResult(failed={-5: ValueError("x")})
+        return {"a": 1}
+
+    async def main() -> None:
+        await app.enqueue_many_async([sloppy.job(i) for i in range(4)])
+        await run_worker_until(app, all_final(app))
+        jobs = await _jobs(app, "sloppy")
+        assert len(jobs) == 4 and all(j.state is JobState.DISCARDED for j in jobs)
+        want = {"short": "it must return a list of 4 results",
+                "not a list": "returned dict; it must return a list of 4",
+                "unknown id": "naming job(s) [-5] that are not in its chunk"}[returned]
+        assert all(want in j.errors[-1]["error"] for j in jobs), jobs[0].errors
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_bad_chunk_arguments_are_refused(app: Conveyor) -> None:
+    bad: Any
+    wait: Any
+    for bad, kind in [(0, ValueError), (10_001, ValueError), (True, TypeError),
+                      (2.5, TypeError), ("10", TypeError)]:
+        with pytest.raises(kind, match="size"):
+            Chunk(size=bad)
+    for wait, kind in [(-1, ValueError), (float("nan"), ValueError), (301, ValueError),
+                       ("1", TypeError), (None, TypeError)]:
+        with pytest.raises(kind, match="wait"):
+            Chunk(wait=wait)
+    with pytest.raises(TypeError, match=r"takes a conveyor\.Chunk"):
+        app.task(name="bad", chunk=10)(lambda jobs: jobs)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="must take one positional parameter"):
+        @app.task(chunk=Chunk())
+        def two(jobs: list[ChunkJob], other: int) -> list[int]:
+            return []
+    with pytest.raises(TypeError, match="must take one positional parameter"):
+        @app.task(chunk=Chunk())
+        def none() -> list[int]:
+            return []
+    with pytest.raises(TypeError, match="ChunkResult\\(failed=\\)"):
+        ChunkResult(failed={1: "not an exception"})  # type: ignore[dict-item]
+    assert "two" not in app.tasks and "none" not in app.tasks
+
+    @app.task(chunk=Chunk(size=1, wait=0))
+    def fine(jobs: list[ChunkJob], extra: int = 0, *rest: Any) -> list[int]:
+        return [0] * len(jobs)
+
+    fine.enqueue(1, 2, key="any JSON")  # a job's arguments are free: the list is the handler's
+
+
+def test_plain_tasks_beside_a_chunk_task_on_one_queue(app: Conveyor) -> None:
+    """A queue of one slot with plain and chunk jobs: every job runs, plain jobs never
+    above the queue's limit (claims made for a chunk's room give them back)."""
+    running = {"now": 0, "most": 0}
+
+    @app.task
+    async def plain(i: int) -> int:
+        running["now"] += 1
+        running["most"] = max(running["most"], running["now"])
+        await asyncio.sleep(0.01)
+        running["now"] -= 1
+        return i
+
+    @app.task(chunk=Chunk(size=20, wait=0.1))
+    async def chunked(jobs: list[ChunkJob]) -> list[int]:
+        return [j.args[0] for j in jobs]
+
+    async def main() -> None:
+        await app.enqueue_many_async(
+            [plain.job(i) if i % 3 == 0 else chunked.job(i) for i in range(60)])
+        await run_worker_until(app, all_final(app), config=ONE_SLOT, timeout=60)
+        counts = await app.count_jobs_async()
+        assert counts["completed"] == 60
+        assert running["most"] == 1
+        assert all(j.attempt == 1 for j in await _jobs(app, "plain"))
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_leases_are_heartbeated_and_a_cancel_ends_one_job(app: Conveyor) -> None:
+    """A chunk that runs past the lease's ttl keeps its leases (heartbeated); a cancel
+    of one job of the chunk cancels that job alone, the others complete."""
+    gate = asyncio.Event()
+    seen: list[list[int]] = []
+
+    @app.task(chunk=Chunk(size=5, wait=0.2))
+    async def long(jobs: list[ChunkJob]) -> list[int]:
+        seen.append([j.id for j in jobs])
+        await gate.wait()
+        return [j.id for j in jobs]
+
+    async def main() -> None:
+        jobs = await app.enqueue_many_async([long.job(i) for i in range(5)])
+        config = dataclasses.replace(FAST, lease_ttl=1.0, heartbeat_interval=0.1)
+
+        async def during(worker: Any) -> None:
+            while not seen:
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(2.5)  # past the lease ttl: only heartbeats keep them
+            await app.cancel_job_async(jobs[1].id)
+            victim = await app.get_job_async(jobs[1].id)
+            for _ in range(500):
+                victim = await app.get_job_async(jobs[1].id)
+                if victim is not None and victim.state is JobState.CANCELLED:
+                    break
+                await asyncio.sleep(0.02)
+            gate.set()
+
+        await run_worker_until(app, all_final(app), config=config, during=during, timeout=60)
+        got = await _jobs(app, "long")
+        assert [j.state for j in got] == [JobState.COMPLETED, JobState.CANCELLED,
+                                          *[JobState.COMPLETED] * 3]
+        assert all(j.attempt == 1 for j in got) and len(seen) == 1
+        assert [j.result for j in got if j.state is JobState.COMPLETED] == [
+            j.id for k, j in enumerate(jobs) if k != 1]
+        await app.close_async()
+
+    asyncio.run(main())

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from .._app import Conveyor
+from .._app.named import task_by_name
 from .._job import Job
 from ._base import EPILOG, common_options, json_option, run_async
 from ._loading import open_app
@@ -42,10 +43,6 @@ def _parse_json(text: str, hint: str) -> Any:
         raise click.BadParameter(f"not valid JSON: {exc}", param_hint=hint) from None
 
 
-def _accept_anything(*args: Any, **kwargs: Any) -> None:
-    """Stands in for a task this process does not define (enqueue without --app)."""
-
-
 async def enqueue_job(
     app: Conveyor,
     task_name: str,
@@ -55,17 +52,12 @@ async def enqueue_job(
     *,
     known: bool,
 ) -> Job:
-    """Enqueue through the task API; with ``known`` the task must be one of the app's."""
-    task = app.tasks.get(task_name)
-    if task is None and known:
-        names = ", ".join(sorted(app.tasks)) or "(none)"
-        raise click.BadParameter(f"no task {task_name!r} in the app; known tasks: {names}",
-                                 param_hint="TASK")
-    if task is None:
-        try:
-            task = app.task(name=task_name)(_accept_anything)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="TASK") from None
+    """Enqueue through the task API; with ``known`` the task must be one of the app's
+    (``task_by_name``: the rule the HTTP API follows too)."""
+    try:
+        task = task_by_name(app, task_name, known=known)
+    except ValueError as exc:  # unknown to the app, or not a valid name
+        raise click.BadParameter(str(exc), param_hint="TASK") from None
     try:
         with_options = task.options(
             queue=request.queue, priority=request.priority, delay=request.delay,

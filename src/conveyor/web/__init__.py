@@ -29,6 +29,8 @@ from .._redact import Redactor, redact_secrets, show_everything
 from ._settings import (
     DEFAULT_SETTINGS,
     ENV_ALLOWED_HOSTS,
+    ENV_API_READONLY_TOKEN,
+    ENV_API_TOKEN,
     ENV_PASSWORD,
     ENV_SECRET,
     ENV_TOKEN,
@@ -36,12 +38,15 @@ from ._settings import (
     ENV_USER,
     LOOPBACK_HOSTS,
     AccessHook,
+    ApiToken,
     Auth,
     BasicAuth,
     Role,
     Settings,
     TokenAuth,
     allowed_hosts_from_env,
+    api_tokens_from_env,
+    as_api_tokens,
     auth_from_env,
     is_loopback,
     secret_from_env,
@@ -75,6 +80,7 @@ def create_app(
     timeout: float = _D.timeout,
     auth_failure_delay: float = _D.auth_failure_delay,
     source: str = _D.source,
+    api_tokens: str | ApiToken | Iterable[str | ApiToken] | None = None,
 ) -> Starlette:
     """The dashboard of ``app`` as an ASGI app (Starlette).
 
@@ -95,6 +101,9 @@ def create_app(
     the database before it gets a "database unreachable" page (503).
     ``auth_failure_delay``: seconds a wrong password waits before its 401.
     ``source``: who acts, as the state-change events of its actions name it.
+    ``api_tokens``: bearer tokens of the HTTP API under ``/api/v1/`` (a string, or
+    ``ApiToken(token, read_only=True)``s); default ``CONVEYOR_API_TOKEN`` and
+    ``CONVEYOR_API_READONLY_TOKEN``; none: the API answers 404 (docs/http-api.md).
     See docs/security.md.
 
     Example: ``uvicorn.run(create_app(app, read_only=True), host="127.0.0.1")``
@@ -109,7 +118,9 @@ def create_app(
                         trusted_origins=tuple(trusted_origins_from_env() if trusted_origins is None
                                               else trusted_origins),
                         timeout=timeout, auth_failure_delay=auth_failure_delay,
-                        source=source)
+                        source=source,
+                        api_tokens=(api_tokens_from_env() if api_tokens is None
+                                    else as_api_tokens(api_tokens)))
     if secret:
         settings = dataclasses.replace(settings, secret=secret)
     return build(app, settings)
@@ -127,6 +138,8 @@ def route_path(scope: MutableMapping[str, Any]) -> str:
 __all__ = [
     "DEFAULT_SETTINGS",
     "ENV_ALLOWED_HOSTS",
+    "ENV_API_READONLY_TOKEN",
+    "ENV_API_TOKEN",
     "ENV_PASSWORD",
     "ENV_SECRET",
     "ENV_TOKEN",
@@ -134,12 +147,14 @@ __all__ = [
     "ENV_USER",
     "LOOPBACK_HOSTS",
     "AccessHook",
+    "ApiToken",
     "Auth",
     "BasicAuth",
     "Redactor",
     "Role",
     "TokenAuth",
     "allowed_hosts_from_env",
+    "api_tokens_from_env",
     "auth_from_env",
     "create_app",
     "is_loopback",

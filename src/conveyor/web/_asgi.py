@@ -20,6 +20,7 @@ from . import _failures, _jobs, _overview, _queues, _schedules, _workers, _workf
 from ._context import Context
 from ._security import Guard
 from ._settings import Settings
+from .api import _routes as api
 
 if TYPE_CHECKING:
     from .._app import Conveyor
@@ -39,7 +40,10 @@ def error_page(ctx: Context) -> Callable[[Request, Exception], Awaitable[Respons
 
 
 def routes(ctx: Context) -> list[BaseRoute]:
-    found: list[BaseRoute] = [route for group in PAGE_GROUPS for route in group.routes(ctx)]
+    # The HTTP API: its own tokens and JSON answers (all 404 when no token is set).
+    found: list[BaseRoute] = [Mount(api.PREFIX, api.build(Operations(ctx.app, source="http"),
+                                                          ctx.settings))]
+    found += [route for group in PAGE_GROUPS for route in group.routes(ctx)]
     found.append(Mount("/static", StaticFiles(packages=[("conveyor.web", "static")]),
                        name="static"))
     return found

@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._settings import Role, Settings, normal_origin
@@ -28,6 +28,8 @@ CSRF_FIELD = "csrf_token"
 MAX_FORM = 64 * 1024
 #: Paths reachable without credentials (load balancers probe them).
 PUBLIC = ("/healthz",)
+#: The HTTP API (``conveyor.web.api``): its own bearer tokens, JSON errors, no cookies.
+API_PREFIX = "/api/"
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 HEADERS = {
@@ -77,11 +79,17 @@ class Guard:
         host = request.headers.get("host", "")
         if not self.settings.host_allowed(host):
             # DNS rebinding: a foreign site's name pointed at this address. Every route,
-            # /healthz and /metrics included, answers nothing but this line.
-            await PlainTextResponse(
-                f"Host {host[:100]!r} is not served here: add it to the dashboard's allowed "
-                "hosts (--allowed-host, CONVEYOR_DASHBOARD_ALLOWED_HOSTS)\n", 421)(
-                scope, receive, self._decorate(scope, send, None))
+            # /healthz, /metrics and the API included, answers nothing but this line.
+            line = (f"Host {host[:100]!r} is not served here: add it to the dashboard's "
+                    "allowed hosts (--allowed-host, CONVEYOR_DASHBOARD_ALLOWED_HOSTS)")
+            refusal: Response = (
+                JSONResponse({"error": "host_not_served", "message": line}, 421)
+                if route_path(scope).startswith(API_PREFIX) else PlainTextResponse(line + "\n", 421))
+            await refusal(scope, receive, self._decorate(scope, send, None))
+            return
+        if route_path(scope).startswith(API_PREFIX):
+            # The HTTP API checks its own bearer tokens and sets no cookie: no CSRF surface.
+            await self.app(scope, receive, self._decorate(scope, send, None))
             return
         nonce = request.cookies.get(CSRF_COOKIE, "")
         fresh = len(nonce) != 64 or not all(c in "0123456789abcdef" for c in nonce)

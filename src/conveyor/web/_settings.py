@@ -10,7 +10,7 @@ import hmac
 import ipaddress
 import os
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from .._redact import Redactor, redact_secrets
@@ -29,6 +29,10 @@ ENV_TOKEN = "CONVEYOR_DASHBOARD_TOKEN"
 ENV_SECRET = "CONVEYOR_DASHBOARD_SECRET"
 ENV_ALLOWED_HOSTS = "CONVEYOR_DASHBOARD_ALLOWED_HOSTS"
 ENV_TRUSTED_ORIGINS = "CONVEYOR_DASHBOARD_TRUSTED_ORIGINS"
+#: Tokens of the HTTP API (``/api/v1/``): full access, and read-only (comma-separated
+#: for several, e.g. while rotating).
+ENV_API_TOKEN = "CONVEYOR_API_TOKEN"
+ENV_API_READONLY_TOKEN = "CONVEYOR_API_READONLY_TOKEN"
 #: Shortest password or token accepted (both guard the same dashboard).
 MIN_SECRET = 16
 #: ``Host`` names always accepted: a DNS-rebinding page can never make a browser send them.
@@ -95,6 +99,50 @@ class TokenAuth:
         return given is not None and _same(given[1], self.token)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApiToken:
+    """A bearer token of the HTTP API; ``read_only=True`` allows GET requests only.
+
+    Example: ``create_app(app, api_tokens=[ApiToken(ci_token), ApiToken(grafana_token,
+    read_only=True)])`` (a plain string is a full-access token)."""
+
+    token: str
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.token, str) or len(self.token) < MIN_SECRET:
+            raise ValueError(f"an API token must be at least {MIN_SECRET} characters")
+        if any(c.isspace() or c == "," for c in self.token) or not self.token.isascii():
+            raise ValueError("an API token is ASCII without spaces or commas")
+
+
+def as_api_tokens(given: str | ApiToken | Iterable[str | ApiToken]) -> tuple[ApiToken, ...]:
+    """``create_app(api_tokens=...)`` as ``ApiToken``s: a string is a full-access token."""
+    items = [given] if isinstance(given, str | ApiToken) else list(given)
+    return tuple(t if isinstance(t, ApiToken) else ApiToken(t) for t in items)
+
+
+def api_tokens_from_env(environ: Mapping[str, str] | None = None) -> tuple[ApiToken, ...]:
+    """``CONVEYOR_API_TOKEN`` (full access) and ``CONVEYOR_API_READONLY_TOKEN`` (GET
+    only), each one token or several comma-separated; none: the API is off."""
+    env = os.environ if environ is None else environ
+    return (*(ApiToken(t) for t in split_names(env.get(ENV_API_TOKEN))),
+            *(ApiToken(t, read_only=True) for t in split_names(env.get(ENV_API_READONLY_TOKEN))))
+
+
+def api_role(tokens: tuple[ApiToken, ...], header: str | None) -> Role | None:
+    """``"write"`` or ``"read"`` for a known bearer token, else None. Every token is
+    compared, in constant time, whichever matches."""
+    if not header or header[:7].lower() != "bearer ":
+        return None
+    given = header[7:].strip()
+    found: Role | None = None
+    for candidate in tokens:
+        if _same(given, candidate.token) and found != "write":
+            found = "read" if candidate.read_only else "write"
+    return found
+
+
 def auth_from_env(environ: dict[str, str] | None = None) -> Auth | None:
     """``CONVEYOR_DASHBOARD_TOKEN``, else ``CONVEYOR_DASHBOARD_USER`` and
     ``CONVEYOR_DASHBOARD_PASSWORD``, else None (no auth)."""
@@ -149,6 +197,8 @@ class Settings:
     #: Who acts, as the state-change events of the dashboard's actions name it
     #: (``"django"`` when mounted in Django's URLs).
     source: str = "dashboard"
+    #: Bearer tokens of the HTTP API under ``/api/v1/`` (none: the API answers 404).
+    api_tokens: tuple[ApiToken, ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.bulk_cap <= 100_000:

@@ -94,6 +94,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conveyor.cli._base", "conveyor.cli._demo_target", "conveyor.cli._loading",
         "conveyor.cli._logging", "conveyor.cli._render", "conveyor.cli._retry",
         "conveyor.cli._supervisor", "conveyor.cli.batches", "conveyor.cli.bench",
+        "conveyor.cli.limiters",
         "conveyor.cli.dashboard", "conveyor.cli.demo", "conveyor.cli.enqueue",
         "conveyor.cli.jobs", "conveyor.cli.maintenance", "conveyor.cli.migrate",
         "conveyor.cli.queues", "conveyor.cli.schedules", "conveyor.cli.status",

@@ -151,8 +151,10 @@ class Limiter:
         what = f"rate={self.rate!r}" if self.rate else f"concurrency={self.concurrency}"
         return f"<Limiter {self.name!r} {what}>"
 
-    def settings(self) -> tuple[object, ...]:
-        return (self.rate, self.concurrency, self.burst, self.lease, self.wait, self.timeout)
+    def options(self) -> dict[str, Any]:
+        """The keyword arguments of ``app.limiter`` that make this limiter."""
+        return {"rate": self.rate, "concurrency": self.concurrency, "burst": self.burst,
+                "lease": self.lease, "wait": self.wait, "timeout": self.timeout}
 
     # -- the public forms -------------------------------------------------------------------
 
@@ -308,7 +310,7 @@ def declare(app: AppBase, name: str, **settings: Any) -> Limiter:
     again with other settings, refused (two meanings of one name in one app)."""
     limiter = Limiter(app, name, **settings)
     known = app.limiters.setdefault(limiter.name, limiter)
-    if known.settings() != limiter.settings():
+    if known.options() != limiter.options():
         raise ValueError(f"limiter {name!r} is already declared with other settings "
                          f"({known!r}); give this one another name")
     return known

@@ -38,6 +38,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "enqueue": ("enqueue", "enqueue", "Enqueue one job of TASK and print it."),
     "jobs": ("jobs", "jobs",
              "Inspect and manage jobs: list, show, retry, cancel, explain, discard, delete, purge."),
+    "limiters": ("limiters", "limiters",
+                 "Limiters used in handlers and outside jobs (app.limiter): list them and "
+                 "their holders."),
     "migrate": ("migrate", "migrate",
                 "Apply pending schema migrations (PostgreSQL needs this once per upgrade)."),
     "prune": ("maintenance", "prune", "Delete old finished jobs now, as the pruner does."),

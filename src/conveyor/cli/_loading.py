@@ -123,6 +123,8 @@ def retarget(app: Conveyor, url: str) -> Conveyor:
         new.tasks[name] = Task(new, task.fn, task.defaults, app.codec)
     new.schedules.update(app.schedules)
     new.hooks = app.hooks
+    for limiter in app.limiters.values():
+        new.limiter(limiter.name, **limiter.options())
     return new
 
 

@@ -39,8 +39,10 @@ from .._storage import (
     QueueRow,
     Storage,
 )
+from .._task import Task
 from .._task_retry import parse_queue_backoff
 from .admission import Admission
+from .chunks import ChunkCall
 from .cron import CronScheduler
 from .executor import Execution, Executor
 from .producer import Producer
@@ -166,6 +168,11 @@ class InProcessRunner:
         self.cron = CronScheduler(registry, observed.with_source("cron"), None)
         self._producers: dict[str, Producer] = {}
         self._ready: list[Job] = []
+        self._registry = registry
+        #: One job per claim, or a chunk's worth when a task runs in chunks (the claim's
+        #: size then comes from ``Producer.room``, 0 for every other job).
+        self._fetch = max([t.defaults.chunk.size for t in registry.tasks.values()
+                           if t.defaults.chunk is not None], default=1)
         self._claimed: dict[int, Job] = {}
         #: Until when (database clock) a ``Throttle`` (node scope) holds each queue: a
         #: worker holds its producer as long. Kept by the app across drains.
@@ -230,7 +237,12 @@ class InProcessRunner:
             JobClaimOneParams(job_id, self.node_id, self._lease_ttl, early))
 
     async def run(self, job: Job) -> Outcome | None:
-        """Run a claimed job and write its outcome; None if the fence refused it."""
+        """Run a claimed job and write its outcome; None if the fence refused it. A job
+        of a chunk task runs as a chunk of one (inline mode)."""
+        task = self._registry.tasks.get(job.task)
+        if task is not None and task.defaults.chunk is not None:
+            outcomes = await self.run_chunk(task, [job])
+            return outcomes[0] if outcomes else None
         ctx = JobContext(job, _meta_cap=self._max_meta_bytes)
         ex = self._executions[job.id] = Execution(job, ctx)
         try:
@@ -243,6 +255,48 @@ class InProcessRunner:
         finally:
             self._executions.pop(job.id, None)
         return _outcome(job, ack) if applied else None
+
+    async def run_chunk(self, task: Task[Any, Any], jobs: list[Job]) -> list[Outcome]:
+        """Run claimed jobs of a chunk task in one handler call (``ChunkCall``) and write
+        their outcomes in one flush; the outcomes the fence applied, in order."""
+        members = [Execution(job, JobContext(job, _meta_cap=self._max_meta_bytes))
+                   for job in jobs]
+        self._executions.update((ex.job.id, ex) for ex in members)
+        try:
+            acks = await ChunkCall(self.executor).run(task, members)
+            for ex in members:
+                await self._throttled(ex.job.queue, ex)
+            written = [acks[job.id] for job in jobs if job.id in acks]
+            applied = set(await self._storage.job_ack_many(
+                JobAckManyParams(written, self.node_id))) if written else set()
+        finally:
+            for job in jobs:
+                self._executions.pop(job.id, None)
+        return [_outcome(job, acks[job.id]) for job in jobs if job.id in applied]
+
+    async def _gather(self, producer: Producer, first: Job, task: Task[Any, Any],
+                      result: DrainResult, cap: int) -> list[Job]:
+        """``first`` and up to ``cap`` - 1 more claimed jobs of its task, as a worker's
+        chunk gathers them (claims sized by ``Producer.room``); other jobs so claimed
+        stay in line."""
+        def take(room: int) -> list[Job]:
+            mine = [j for j in self._ready if j.task == first.task][:room]
+            self._ready[:] = [j for j in self._ready if j not in mine]
+            return mine
+
+        members = [first, *take(cap - 1)]
+        while len(members) < cap:
+            producer.room = cap - len(members)
+            before = len(self._ready)
+            try:
+                await producer.run_once()
+            finally:
+                producer.room = 0
+            await self._write_held(result)
+            if len(self._ready) == before:
+                break
+            members += take(cap - len(members))
+        return members
 
     # -- drain -----------------------------------------------------------------------------
 
@@ -291,6 +345,10 @@ class InProcessRunner:
                 return ran
             while self._ready:
                 job = self._ready.pop(0)
+                task = self._registry.tasks.get(job.task)
+                if task is not None and task.defaults.chunk is not None:
+                    ran += await self._drain_chunk(producer, job, task, result, max_jobs)
+                    continue
                 try:
                     outcome = await self.run(job)
                 finally:
@@ -300,12 +358,28 @@ class InProcessRunner:
                     ran += 1
         return ran
 
+    async def _drain_chunk(self, producer: Producer, job: Job, task: Task[Any, Any],
+                           result: DrainResult, max_jobs: int | None) -> int:
+        """One chunk of ``task``, gathered from ``job`` on (within ``max_jobs``)."""
+        assert task.defaults.chunk is not None
+        cap = task.defaults.chunk.size
+        if max_jobs is not None:
+            cap = max(1, min(cap, max_jobs - len(result)))
+        members = await self._gather(producer, job, task, result, cap)
+        try:
+            outcomes = await self.run_chunk(task, members)
+        finally:
+            for _ in members:
+                producer.finished()
+        result.outcomes.extend(outcomes)
+        return len(outcomes)
+
     async def _producer(self, queue: str) -> Producer:
         """One job at a time, under the queue's live settings (pause, rate limit)."""
         producer = self._producers.get(queue)
         if producer is None:
             producer = self._producers[queue] = Producer(
-                self._storage, queue, 1, self.node_id, self._lease_ttl, 1,
+                self._storage, queue, 1, self.node_id, self._lease_ttl, self._fetch,
                 lambda job, _: self._ready.append(job), self._admit)
         row = self._rows.get(queue)
         rate = RateLimit(row.rate_limit) if row is not None and row.rate_limit else None

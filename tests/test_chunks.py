@@ -254,3 +254,18 @@ def test_leases_are_heartbeated_and_a_cancel_ends_one_job(app: Conveyor) -> None
         await app.close_async()
 
     asyncio.run(main())
+
+
+def test_explain_job_mentions_the_chunk(app: Conveyor) -> None:
+    @app.task(chunk=Chunk(size=30, wait=2))
+    def bulk(jobs: list[ChunkJob]) -> list[None]:
+        return [None] * len(jobs)
+
+    @app.task
+    def single() -> None: ...
+
+    job = bulk.enqueue(1)
+    notes = app.explain_job(job.id).notes
+    assert any("runs in chunks of up to 30 jobs, gathered for up to 2s" in n for n in notes)
+    assert not any("chunk" in n for n in app.explain_job(single.enqueue().id).notes)
+    app.close()

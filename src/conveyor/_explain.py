@@ -109,6 +109,20 @@ async def _limits(task: Task[Any, Any] | None, job: Job, queue: QueueRow | None,
     return out
 
 
+def _chunk_note(task: Task[Any, Any] | None, job: Job) -> list[str]:
+    """A chunk task's job runs with others in one handler call: while running, it may
+    be gathering (up to ``wait``) or waiting for the chunk's handler."""
+    chunk = task.defaults.chunk if task is not None else None
+    if chunk is None:
+        return []
+    how = (f"task {job.task!r} runs in chunks of up to {chunk.size} jobs, gathered for up "
+           f"to {chunk.wait:g}s after the first is claimed")
+    if job.state == JobState.RUNNING:
+        return [f"{how}: this job is gathering into a chunk or running in one, and ends "
+                "with that chunk's handler call"]
+    return [f"{how}: it will run in one handler call with others of its task"]
+
+
 def _and(ids: list[int]) -> str:
     return ", ".join(map(str, ids[:-1])) + f" and {ids[-1]}" if len(ids) > 1 else str(ids[0])
 
@@ -161,6 +175,7 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
     now = await storage.clock_now()
     notes = [f"it holds unique key {job.unique_key!r}: enqueues with the same key return it"
              ] if job.unique_key else []
+    notes += _chunk_note(tasks.get(job.task), job)
     settled = _settled(job, now)
     if settled is not None:
         if job.state == JobState.RUNNING:

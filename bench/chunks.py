@@ -54,6 +54,19 @@ def _app(url: str, call: float) -> Conveyor:
     return app
 
 
+async def _all_completed(app: Conveyor, task: str, jobs: int) -> bool:
+    """Every job of ``task`` completed, each with its own result (read page by page)."""
+    seen, before = 0, None
+    while True:
+        page = await app.list_jobs_async(task=task, limit=5000, before_id=before)
+        if any(j.state.value != "completed" or j.result != j.args[0] for j in page):
+            return False
+        seen += len(page)
+        if len(page) < 5000:
+            return seen == jobs
+        before = page[-1].id
+
+
 async def _run(target: Target, mode: str, workload: str, jobs: int,
                concurrency: int) -> dict[str, Any]:
     """One burn-down of ``jobs`` jobs; returns its figures."""
@@ -75,8 +88,7 @@ async def _run(target: Target, mode: str, workload: str, jobs: int,
         seconds = time.perf_counter() - began
         worker.request_stop()
         await asyncio.wait_for(running, 60)
-        done = await app.list_jobs_async(state="completed", task=task.name, limit=jobs + 1)
-        correct = len(done) == jobs and all(j.result == j.args[0] for j in done)
+        correct = await _all_completed(app, task.name, jobs)
     finally:
         await app.close_async()
     return {"mode": mode, "workload": workload, "jobs": jobs, "concurrency": concurrency,

@@ -19,7 +19,7 @@ with warnings.catch_warnings():
 BASE = "http://localhost"
 WRITE = "w-" + "0123456789abcdef" * 2
 READ = "r-" + "fedcba9876543210" * 2
-TOKENS = [WRITE, ApiToken(READ, read_only=True)]
+TOKENS: list[str | ApiToken] = [WRITE, ApiToken(READ, read_only=True)]
 
 
 def auth(token: str = WRITE) -> dict[str, str]:

@@ -87,3 +87,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_sep("!", "BROWSER TESTS WERE SKIPPED", red=True, bold=True)
         terminalreporter.write_line(f"{len(skipped)} skipped: {skipped[0].longrepr[2]}")
         terminalreporter.write_sep("!", "BROWSER TESTS WERE SKIPPED", red=True, bold=True)
+    from .test_http_api_server import NODE_MISSING
+
+    node = [r for r in reports if NODE_MISSING in str(getattr(r, "longrepr", ""))]
+    if node:
+        terminalreporter.write_sep("!", NODE_MISSING, red=True, bold=True)
+        terminalreporter.write_line(f"{len(node)} skipped: {node[0].longrepr[2]}")
+        terminalreporter.write_sep("!", NODE_MISSING, red=True, bold=True)

@@ -108,3 +108,34 @@ def test_the_document_follows_a_mount_prefix(tmp_path: Any) -> None:
         assert response.status_code == 200
         assert response.json()["servers"] == [{"url": "/ops/api/v1"}]
     app.close()
+
+
+def test_the_guide_shows_every_endpoint_with_curl() -> None:
+    """docs/http-api.md names every route of the table, and the examples it runs exist."""
+    from pathlib import Path
+
+    from conveyor.web.api._routes import ENDPOINTS
+
+    root = Path(__file__).resolve().parents[2]
+    guide = (root / "docs" / "http-api.md").read_text()
+    for ep in ENDPOINTS:
+        path = ep.path.replace("{job_id}", "{id}")
+        if path.endswith(("/pause", "/resume")):
+            path = path.rsplit("/", 1)[0]
+        assert f"`{ep.method} {path}" in guide or f"{ep.method} {path}" in guide, ep.path
+    assert guide.count("curl -s") >= 8
+    assert (root / "examples" / "http-api" / "enqueue.mjs").exists()
+    for page in ("README.md", "docs/dashboard.md", "docs/security.md"):
+        assert "http-api.md" in (root / page).read_text(), page
+
+
+def test_conveyor_dashboard_refuses_a_short_api_token(tmp_path: Any) -> None:
+    from click.testing import CliRunner
+
+    from conveyor.cli import cli
+
+    result = CliRunner(env={"CONVEYOR_API_TOKEN": "short", "CONVEYOR_URL": None,
+                            "CONVEYOR_APP": None}).invoke(
+        cli, ["dashboard", "--port", "0", "--url", f"sqlite:///{tmp_path / 'jobs.db'}"])
+    assert result.exit_code == 2, result.output
+    assert "16 characters" in result.output

@@ -166,6 +166,8 @@ def dashboard_cmd(host: str, port: int, read_only: bool, poll: float, allowed: t
     the password of basic auth), or CONVEYOR_DASHBOARD_USER and
     CONVEYOR_DASHBOARD_PASSWORD. CONVEYOR_DASHBOARD_SECRET signs CSRF tokens
     (give every replica the same one). Passwords and tokens need 16 characters.
+    CONVEYOR_API_TOKEN (and CONVEYOR_API_READONLY_TOKEN) turn on the HTTP API under
+    /api/v1/ (docs/http-api.md).
 
     Exits 2 when the address cannot be listened on (the port is in use), 3 when the
     database is unreachable. See docs/security.md.

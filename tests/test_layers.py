@@ -103,6 +103,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conveyor.web._asgi", "conveyor.web._charts", "conveyor.web._context",
         "conveyor.web._exposition", "conveyor.web._failures",
         "conveyor.web._format", "conveyor.web._graph", "conveyor.web._jobs",
+        "conveyor.web._limiters",
         "conveyor.web._overview", "conveyor.web._query", "conveyor.web._queues",
         "conveyor.web._schedules", "conveyor.web._security", "conveyor.web._settings",
         "conveyor.web._workers", "conveyor.web._workflows",

@@ -358,3 +358,15 @@ def test_retry_a_discarded_job_from_its_batch_page(composition: tuple[Any, str, 
     found = app.get_batch(batch.id)
     assert found is not None and (found.completed, found.discarded) == (2, 0)
     assert page.locator("[data-count='completed'] .value").inner_text() == "2"
+
+
+def test_limiters_and_their_holders_live(session: tuple[Any, str, Conveyor, Shots]) -> None:
+    page, base, app, _ = session
+    ocr = app.limiter("ocr", concurrency=2)
+    permit = ocr.acquire(key="acme")
+    page.goto(base + "/limiters")
+    page.wait_for_selector(f"tr[data-holder='{permit.holder}']")
+    assert "1 of 2 per key" in page.locator("tr[data-limiter='ocr']").inner_text()
+    permit.release()  # the page's live refresh drops the holder
+    page.wait_for_selector(f"tr[data-holder='{permit.holder}']", state="detached")
+    page.wait_for_selector("text=Nobody holds a concurrency slot now.")

@@ -23,7 +23,7 @@ from ..test_postgres_backend_smoke import _allow_connections
 from .conftest import Browser, browser_for
 from .test_security import basic, snapshot
 
-ROUTES = ["/", "/queues", "/jobs", "/jobs/31", "/failures", "/schedules", "/workers",
+ROUTES = ["/", "/queues", "/jobs", "/jobs/31", "/failures", "/schedules", "/limiters", "/workers",
           "/bulk?action=retry&state=failed", "/healthz", "/metrics", "/static/app.css"]
 
 
@@ -302,7 +302,7 @@ def test_a_state_an_action_cannot_change_is_said_and_changes_nothing(browser: Br
 # -- the database down ---------------------------------------------------------------------
 
 PAGES = ["/", "/queues", "/jobs", "/jobs?state=failed", "/jobs/1", "/failures", "/schedules",
-         "/workers", "/bulk?action=retry&state=failed",
+         "/limiters", "/workers", "/bulk?action=retry&state=failed",
          "/workflows/0b7e5f0e-6a55-4a57-9a0c-2f1d2b1c9e11", "/batches/1"]
 FAST_ENOUGH = 3.0
 

@@ -140,7 +140,8 @@ def test_script_in_args_renders_inert(browser: Browser, world: Conveyor) -> None
 
 
 def test_no_inline_script_and_strict_headers(browser: Browser) -> None:
-    for path in ("/", "/queues", "/jobs", "/jobs/1", "/failures", "/schedules", "/workers"):
+    for path in ("/", "/queues", "/jobs", "/jobs/1", "/failures", "/schedules", "/limiters",
+                 "/workers"):
         response = browser.get(path)
         scripts = re.findall(r"<script\b[^>]*>", response.text)
         assert scripts and all("src=" in s for s in scripts), path

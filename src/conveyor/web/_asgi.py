@@ -16,7 +16,16 @@ from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
 from .._app.operations import Operations
-from . import _failures, _jobs, _overview, _queues, _schedules, _workers, _workflows
+from . import (
+    _failures,
+    _jobs,
+    _limiters,
+    _overview,
+    _queues,
+    _schedules,
+    _workers,
+    _workflows,
+)
 from ._context import Context
 from ._security import Guard
 from ._settings import Settings
@@ -25,7 +34,8 @@ from .api import _routes as api
 if TYPE_CHECKING:
     from .._app import Conveyor
 
-PAGE_GROUPS = (_overview, _queues, _jobs, _failures, _schedules, _workers, _workflows)
+PAGE_GROUPS = (_overview, _queues, _jobs, _failures, _schedules, _limiters, _workers,
+               _workflows)
 
 
 def error_page(ctx: Context) -> Callable[[Request, Exception], Awaitable[Response]]:

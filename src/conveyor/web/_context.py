@@ -41,7 +41,7 @@ FLASHES = {
     "error": "{}",
 }
 NAV = [("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/failures", "Failures"),
-       ("/schedules", "Schedules"), ("/workers", "Workers")]
+       ("/schedules", "Schedules"), ("/limiters", "Limiters"), ("/workers", "Workers")]
 
 
 def environment() -> jinja2.Environment:

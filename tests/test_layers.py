@@ -32,7 +32,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conveyor._dependencies", "conveyor._errors", "conveyor._format", "conveyor._job",
         "conveyor._limits", "conveyor._logfields", "conveyor._metric_schema",
         "conveyor._payload", "conveyor._payload_crypt", "conveyor._payload_hints",
-        "conveyor._payload_types", "conveyor._portal", "conveyor._redact", "conveyor._version",
+        "conveyor._payload_types", "conveyor._portal", "conveyor._redact", "conveyor._routing",
+        "conveyor._version",
     ),
     # one protocol, two backends; the rest of the package sees only its face
     "storage": (

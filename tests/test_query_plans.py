@@ -66,6 +66,10 @@ WHOLE_READS: dict[str, Whole] = {
         "the per-minute depth sample reads the depth view (as job_count_by_queue)",
         sqlite={"conveyor_jobs_fetch_idx", "conveyor_jobs_lease_idx"},
         postgres={"conveyor_jobs_fetch_idx", "conveyor_jobs_lease_idx"}),
+    "job_count_requiring": whole(
+        "counts waiting jobs that require worker labels: the whole partial index of them "
+        "(empty while no job has requirements)",
+        sqlite={"conveyor_jobs_requires_idx"}, postgres={"conveyor_jobs_requires_idx"}),
     "job_count_running_by_node": whole(
         "counts every running job per node: the whole (small) partial index of running rows",
         sqlite={"conveyor_jobs_lease_idx"}, postgres={"conveyor_jobs_lease_idx"}),

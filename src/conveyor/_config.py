@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 DEFAULT_URL = "sqlite:///conveyor.db"
@@ -208,6 +208,13 @@ class WorkerConfig:
         default_factory=labels_from_env,
         metadata={"help": "labels of this worker (KEY=VALUE), shown with its node"},
     )
+    #: Only jobs of these tasks are claimed (``--tasks send_email,resize``); the others
+    #: stay for other workers. None: every task. Checked against the app's tasks when
+    #: the worker starts.
+    tasks: Sequence[str] | None = dataclasses.field(
+        default=None,
+        metadata={"help": "only claim jobs of these tasks (NAME,NAME); default: every task"},
+    )
     #: A job of a task this worker does not know goes back (no attempt used) until no
     #: worker that knows it took it for this long; then it is discarded. 0: at once.
     unknown_task_timeout: float = _field(
@@ -227,6 +234,11 @@ class WorkerConfig:
         if self.shutdown_timeout < 0:
             raise ValueError("shutdown_timeout must be >= 0")
         check_labels(self.labels)
+        if self.tasks is not None:
+            if isinstance(self.tasks, str) or not isinstance(self.tasks, Sequence | set | frozenset):
+                raise TypeError("tasks must be a list of task names (or None: every task)")
+            if not self.tasks or not all(isinstance(t, str) and t for t in self.tasks):
+                raise ValueError("tasks must name at least one task, each a non-empty string")
         if not 0 <= self.unknown_task_timeout < float("inf"):
             raise ValueError("unknown_task_timeout must be a finite number of seconds >= 0")
         if not 0 <= self.archive_after < float("inf"):

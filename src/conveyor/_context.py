@@ -7,7 +7,9 @@ import contextlib
 import contextvars
 import dataclasses
 import math
+import os
 import re
+import socket
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -158,6 +160,18 @@ def _storable_text(text: str) -> str:
     return _UNSTORABLE_CHAR.sub("\ufffd", text)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class WorkerNode:
+    """The worker process that runs a job: its node id (as ``list_nodes`` and
+    ``Job.ran_on`` give it), host, pid and ``--label``s. One per worker, shared by
+    every job it runs."""
+
+    id: str
+    hostname: str
+    pid: int
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
 @dataclasses.dataclass(slots=True)
 class JobContext:
     """The running job, as its handler sees it.
@@ -173,6 +187,8 @@ class JobContext:
     _progress: ProgressEntry | None = None
     #: The cap on the job's meta (the app's ConveyorConfig.max_payload_bytes).
     _meta_cap: int = DEFAULT_MAX_META_BYTES
+    #: The worker running the job; None when it runs outside one (inline, a test).
+    _node: WorkerNode | None = None
 
     @property
     def id(self) -> int:
@@ -197,6 +213,26 @@ class JobContext:
     @property
     def kwargs(self) -> dict[str, Any]:
         return self.job.kwargs
+
+    @property
+    def node_id(self) -> str | None:
+        """The id of the worker node running this attempt (None outside a worker)."""
+        return None if self._node is None else self._node.id
+
+    @property
+    def hostname(self) -> str:
+        """The host of the process running this attempt."""
+        return socket.gethostname() if self._node is None else self._node.hostname
+
+    @property
+    def pid(self) -> int:
+        """The pid of the process running this attempt."""
+        return os.getpid() if self._node is None else self._node.pid
+
+    @property
+    def labels(self) -> Mapping[str, str]:
+        """The ``--label``s of the worker running this attempt (empty outside one)."""
+        return {} if self._node is None else self._node.labels
 
     @property
     def cancelled(self) -> bool:

@@ -11,7 +11,9 @@ from ._errors import JobNotFoundError
 from ._job import FINAL_STATES, Job, JobState
 from ._limits import RateLimit
 from ._redact import erase, secret_values
+from ._routing import describe, satisfies
 from ._storage import (
+    NodeRow,
     QueueRow,
     Storage,
 )
@@ -167,6 +169,26 @@ async def _cooldown(job: Job, storage: Storage, now: datetime) -> list[str]:
     return []
 
 
+def _routing(job: Job, serving: list[NodeRow]) -> list[str]:
+    """Whether a live worker of the job's queue knows its task, serves it (``--tasks``)
+    and has the labels it requires."""
+    if not serving:
+        return [f"no live worker serves queue {job.queue!r}"]
+    knowing = [n for n in serving if job.task in n.tasks]
+    if not knowing:
+        return [f"no live worker knows task {job.task!r} (none of the {len(serving)} "
+                f"serving queue {job.queue!r} has it registered)"]
+    serving = [n for n in knowing if n.serves is None or job.task in n.serves]
+    if not serving:
+        return [f"no live worker serves task {job.task!r}: the {len(knowing)} of queue "
+                f"{job.queue!r} that know it were started with --tasks leaving it out"]
+    if job.requires and not any(satisfies(n.labels, job.requires) for n in serving):
+        return [f"needs {describe(job.requires)}; no live worker has it (none of the "
+                f"{len(serving)} serving queue {job.queue!r} and task {job.task!r} "
+                "was started with these --label)"]
+    return []
+
+
 async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id: int) -> Explanation:
     """Read what concerns the job (its row, its queue, the live nodes, its limits)."""
     job = await storage.job_get(job_id)
@@ -176,6 +198,8 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
     notes = [f"it holds unique key {job.unique_key!r}: enqueues with the same key return it"
              ] if job.unique_key else []
     notes += _chunk_note(tasks.get(job.task), job)
+    if job.requires:
+        notes.append(f"it runs only on a worker labelled {describe(job.requires)}")
     settled = _settled(job, now)
     if settled is not None:
         if job.state == JobState.RUNNING:
@@ -192,13 +216,8 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
     queue = next((q for q in await storage.queue_list() if q.name == job.queue), None)
     if queue is not None and queue.paused:
         reasons.append(f"queue {job.queue!r} is paused (conveyor queues resume {job.queue})")
-    serving = [n for n in await storage.node_list()
-               if n.alive and job.queue in n.queues]
-    if not serving:
-        reasons.append(f"no live worker serves queue {job.queue!r}")
-    elif not any(job.task in n.tasks for n in serving):
-        reasons.append(f"no live worker knows task {job.task!r} (none of the "
-                       f"{len(serving)} serving queue {job.queue!r} has it registered)")
+    reasons += _routing(job, [n for n in await storage.node_list()
+                              if n.alive and job.queue in n.queues])
     reasons += _unknown_task(job, now)
     reasons += await _cooldown(job, storage, now)
     reasons += await _limits(tasks.get(job.task), job, queue, storage, now)

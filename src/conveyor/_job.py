@@ -111,6 +111,9 @@ class Job:
     #: in 0..1 and a message), written by its worker every ~0.5 s and at the job's end.
     progress: float | None = None
     progress_message: str | None = None
+    #: The worker labels the job requires (``@app.task(requires=...)``); only a worker
+    #: started with all of them claims it. None: any worker.
+    requires: dict[str, str] | None = None
     #: The app this snapshot was read through, for ``wait``; not part of the record.
     _waiter: JobWaiter | None = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -215,5 +218,6 @@ def _decoded_on_access(name: str, unreadable: Callable[[], Any]) -> None:
 
 
 for _name, _unreadable in (("args", lambda: None), ("kwargs", lambda: None),
-                           ("errors", list), ("tags", list), ("meta", dict)):
+                           ("errors", list), ("tags", list), ("meta", dict),
+                           ("requires", lambda: None)):
     _decoded_on_access(_name, _unreadable)

@@ -16,6 +16,7 @@ from ._job import Job
 from ._limits import KeyFunc, RateLimit, Unique, check_key_function, key_arguments
 from ._payload_hints import CallPlan
 from ._payload_types import DEFAULT_CODEC, TypeCodec
+from ._routing import check_requires, requires_json
 from ._storage import JobInsert, fast_constructor, make_insert
 from ._task_retry import AnyBackoff, ExceptionTypes
 
@@ -65,6 +66,8 @@ class TaskOptions:
     encrypt: bool = False
     #: Run the jobs in chunks: the handler takes a list of ``ChunkJob`` (conveyor._chunk).
     chunk: Chunk | None = None
+    #: Worker labels a job of this task requires (docs/flow-control.md); None: any worker.
+    requires: Mapping[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,6 +87,9 @@ class EnqueueOptions:
     #: what it does when one of them ends discarded or cancelled (docs/workflows.md).
     depends_on: tuple[int, ...] = ()
     on_failure: str = "cancel"
+    #: Worker labels this job requires instead of the task's (``{}``: none); None: the
+    #: task's own.
+    requires: Mapping[str, str] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -140,7 +146,13 @@ class JobSpec:
             unique_key=unique_key,
             unique_states=unique_states,
             concurrency_key=self.concurrency_key(),
+            requires_json=requires_json(self.requires()),
         )
+
+    def requires(self) -> Mapping[str, str] | None:
+        """The labels this job requires: its own options', else its task's."""
+        own = self.options.requires
+        return self.task.defaults.requires if own is None else (own or None)
 
     def _shares_template(self) -> bool:
         """Only the arguments tell this job from another of its task and options: no
@@ -320,6 +332,7 @@ class Task(_Enqueuer[P], Generic[P, R]):
         unique_key: str | None = None,
         depends_on: Sequence[Job | int] = (),
         on_failure: FailurePolicy = "cancel",
+        requires: Mapping[str, str] | None = None,
     ) -> TaskWithOptions[P]:
         """Override defaults for one enqueue. Example: ``task.options(delay=30).enqueue()``
 
@@ -327,7 +340,9 @@ class Task(_Enqueuer[P], Generic[P, R]):
         and meta": ``MAX_TAGS``, ``MAX_TAG_CHARS``, with meta ``max_payload_bytes``).
         ``depends_on=[job_a, job_b]`` (jobs or ids): the job waits in state ``pending``
         until they are final; ``on_failure`` says what it does if one fails
-        (``"cancel"``, ``"run"``, ``"run_with_failure"``; docs/workflows.md)."""
+        (``"cancel"``, ``"run"``, ``"run_with_failure"``; docs/workflows.md).
+        ``requires={"gpu": "a100"}``: only a worker started with these labels runs it
+        (instead of the task's own requirement; ``{}``: any worker)."""
         if delay is not None and run_at is not None:
             raise ValueError("give delay= or run_at=, not both")
         if queue is not None:  # refused here, not at the enqueue that follows
@@ -337,6 +352,7 @@ class Task(_Enqueuer[P], Generic[P, R]):
         opts = EnqueueOptions(
             queue, priority, delay, run_at, max_attempts, tags, meta, connection, unique_key,
             dependency_ids(depends_on) if depends_on != () else (), check_policy(on_failure),
+            None if requires is None else (check_requires(requires) or {}),
         )
         return TaskWithOptions(self, opts)
 

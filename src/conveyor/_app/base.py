@@ -8,7 +8,7 @@ import contextlib
 import dataclasses
 import re
 import threading
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._clock import VirtualClock
@@ -18,6 +18,7 @@ from .._observed import ObservedStorage
 from .._payload_types import TypeCodec
 from .._portal import Portal
 from .._registry import AppRegistry
+from .._routing import Router
 from .._storage import Migration, Storage, WakeHub, create_storage
 
 if TYPE_CHECKING:
@@ -32,8 +33,11 @@ class AppBase:
     """Definitions, storage and the sync bridge; see ``Conveyor``."""
 
     def __init__(self, url: str | None = None, *, config: ConveyorConfig | None = None,
-                 clock: VirtualClock | None = None, version: str | None = None) -> None:
+                 clock: VirtualClock | None = None, version: str | None = None,
+                 routes: Mapping[str, str] | None = None) -> None:
         self.url = url if url is not None else url_from_env()
+        #: Task-name patterns to queues, for tasks registered without ``queue=``.
+        self.router = Router(routes)
         config = config or ConveyorConfig()
         if version is not None:  # the app's version, recorded with every worker node
             config = dataclasses.replace(config, version=check_version(version))

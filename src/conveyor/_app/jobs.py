@@ -15,6 +15,7 @@ from .._cron import Misfire, Schedule
 from .._errors import JobNotFoundError
 from .._job import MAX_ID, Job, JobState
 from .._limits import KeyFunc, RateLimit, Unique
+from .._routing import check_requires
 from .._storage import (
     JobInsert,
     JobListParams,
@@ -74,7 +75,7 @@ class JobsApp(ResultsApp):
 
     def _lazy(self, specs: Sequence[JobSpec], now: float | None) -> LazyInserts:
         plain = all(s.task.defaults.unique is None and s.options.unique_key is None
-                    for s in specs)
+                    and s.requires() is None for s in specs)
         queues = frozenset(s.task.defaults.queue if s.options.queue is None else s.options.queue
                            for s in specs)
         return LazyInserts(len(specs), lambda start, stop: self._inserts(specs[start:stop], now),
@@ -283,36 +284,40 @@ class JobsApp(ResultsApp):
 
     @overload
     def task(
-        self, *, name: str | None = None, queue: str = "default", priority: int = 0,
+        self, *, name: str | None = None, queue: str | None = None, priority: int = 0,
         max_attempts: int = 20, timeout: float | None = None,
         backoff: AnyBackoff | None = None, tags: Sequence[str] = (),
         unique: Unique | None = None, rate_limit: RateLimit | str | None = None,
         concurrency: int | None = None, concurrency_key: KeyFunc | None = None,
         retry_on: ExceptionSpec = (), discard_on: ExceptionSpec = (),
-        encrypt: bool = False,
+        encrypt: bool = False, requires: Mapping[str, str] | None = None,
     ) -> TaskDecorator: ...
 
     @overload
     def task(
-        self, *, chunk: Chunk, name: str | None = None, queue: str = "default",
+        self, *, chunk: Chunk, name: str | None = None, queue: str | None = None,
         priority: int = 0, max_attempts: int = 20, timeout: float | None = None,
         backoff: AnyBackoff | None = None, tags: Sequence[str] = (),
         unique: Unique | None = None, rate_limit: RateLimit | str | None = None,
         concurrency: int | None = None, concurrency_key: KeyFunc | None = None,
         retry_on: ExceptionSpec = (), discard_on: ExceptionSpec = (),
-        encrypt: bool = False,
+        encrypt: bool = False, requires: Mapping[str, str] | None = None,
     ) -> ChunkTaskDecorator: ...
 
     def task(
         self, fn: Callable[..., Any] | None = None, *, name: str | None = None,
-        queue: str = "default", priority: int = 0, max_attempts: int = 20,
+        queue: str | None = None, priority: int = 0, max_attempts: int = 20,
         timeout: float | None = None, backoff: AnyBackoff | None = None,
         tags: Sequence[str] = (), unique: Unique | None = None,
         rate_limit: RateLimit | str | None = None, concurrency: int | None = None,
         concurrency_key: KeyFunc | None = None, retry_on: ExceptionSpec = (),
         discard_on: ExceptionSpec = (), encrypt: bool = False, chunk: Chunk | None = None,
+        requires: Mapping[str, str] | None = None,
     ) -> Any:
         """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``).
+
+        Without ``queue=``, the first of ``Conveyor(routes=...)``'s patterns that matches
+        the task's name gives its queue, else ``"default"``.
 
         ``retry_on=(ConnectionError,)``: only these exception types retry, others
         discard the job at once; ``discard_on=(ValueError,)``: these discard at once.
@@ -321,10 +326,13 @@ class JobsApp(ResultsApp):
         (the ``conveyor[encryption]`` extra; docs/arguments.md).
         ``chunk=Chunk(size=100, wait=1.0)`` runs its jobs in chunks: the handler takes
         a list of ``ChunkJob`` and returns a list of results (docs/flow-control.md).
+        ``requires={"gpu": "a100"}``: only workers started with these labels (``--label
+        gpu=a100``) run its jobs (docs/flow-control.md).
         """
         retry_types = check_exception_types("retry_on", retry_on)
         discard_types = check_exception_types("discard_on", discard_on)
         backoff_exc = backoff_takes_exception(backoff)
+        required = check_requires(requires)
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             task_name = _payload.check_task_name(name or func.__name__)
@@ -343,7 +351,8 @@ class JobsApp(ResultsApp):
             if encrypt:
                 _payload_crypt.require()
             options = TaskOptions(
-                name=task_name, queue=_payload.check_queue_name(queue),
+                name=task_name, queue=self.router.queue_for(task_name) if queue is None
+                else _payload.check_queue_name(queue),
                 priority=_payload.check_priority(priority),
                 max_attempts=_payload.check_max_attempts(max_attempts), timeout=timeout,
                 backoff=backoff, tags=tuple(_payload.check_tags(tags)), unique=unique,
@@ -351,6 +360,7 @@ class JobsApp(ResultsApp):
                 concurrency=limit, concurrency_key=concurrency_key,
                 retry_on=retry_types, discard_on=discard_types,
                 backoff_takes_exception=backoff_exc, encrypt=encrypt, chunk=chunk,
+                requires=required,
             )
             task = Task(self, func, options, self.codec)
             self.tasks[task_name] = task

@@ -32,6 +32,7 @@ from .._storage import (
     Migration,
     NodeRow,
     QueueRow,
+    RequiresCount,
     StateCount,
     WakeHub,
     create_storage,
@@ -93,6 +94,10 @@ class Operations:
         """Jobs per queue and state; final states stop counting at ``cap``."""
         storage = await self.app.storage()
         return await storage.job_count_by_queue(final_cap=cap)
+
+    async def requiring(self) -> list[RequiresCount]:
+        """Waiting jobs that require worker labels, per queue and requirement."""
+        return await (await self.app.storage()).job_count_requiring()
 
     async def queue_rows(self) -> list[QueueRow]:
         return await (await self.app.storage()).queue_list()

@@ -8,13 +8,15 @@ the outcome semantics are those of production.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .. import _payload
+from .._config import check_labels
 from .._job import Job, JobState
+from .._routing import check_task_filter
 from .._task import JobSpec
 from .maintenance import MaintenanceApp
 
@@ -153,6 +155,7 @@ class TestingApp(MaintenanceApp):
     async def drain_async(
         self, queues: Sequence[str] | None = None, *, max_jobs: int | None = None,
         include_scheduled: bool = False, cron: bool = True,
+        labels: Mapping[str, str] | None = None, tasks: Sequence[str] | None = None,
     ) -> DrainResult:
         """Run every due job in this process, one at a time, until none is left.
 
@@ -164,20 +167,26 @@ class TestingApp(MaintenanceApp):
         and concurrency limits apply, a queue's default backoff times retries, a
         ``Throttle`` holds its queue (``scope="queue"``: a cool-down every worker and
         later drain respects) for the rest of its time, which ``include_scheduled``
-        skips as it skips delays.
+        skips as it skips delays. It claims as a worker started with ``labels`` (its
+        ``--label``s) and ``tasks`` (``--tasks``) would: jobs that require other labels,
+        or of other tasks, are left waiting and listed in ``result.skipped`` (with
+        ``result.skipped_reasons``).
         Returns what ran: ``result.completed``, ``.retried``, ``.discarded``,
         ``.cancelled``, ``.snoozed``, ``.errors``, ``.held``.
 
         Example: ``assert len((await app.drain_async(queues=["mail"])).completed) == 1``
         """
         names = _check_queues(queues)
+        if labels is not None:
+            labels = check_labels(labels)
+        task_filter = check_task_filter(tasks, self.tasks)
         if max_jobs is not None and (isinstance(max_jobs, bool) or not isinstance(max_jobs, int)
                                      or max_jobs < 1):
             raise ValueError(f"max_jobs must be an int >= 1 or None, got {max_jobs!r}")
         from .._runtime.inprocess import InProcessRunner
 
         runner = InProcessRunner(self.registry, await self._observed(),
-                                 holds=self._holds())
+                                 holds=self._holds(), labels=labels, tasks=task_filter)
         try:
             return await runner.drain(names, max_jobs, bool(include_scheduled), bool(cron))
         finally:
@@ -186,10 +195,12 @@ class TestingApp(MaintenanceApp):
     def drain(
         self, queues: Sequence[str] | None = None, *, max_jobs: int | None = None,
         include_scheduled: bool = False, cron: bool = True,
+        labels: Mapping[str, str] | None = None, tasks: Sequence[str] | None = None,
     ) -> DrainResult:
         """Sync twin of ``drain_async``. Example: ``app.drain().completed``"""
         return self._sync(self.drain_async(queues, max_jobs=max_jobs,
-                                           include_scheduled=include_scheduled, cron=cron))
+                                           include_scheduled=include_scheduled, cron=cron,
+                                           labels=labels, tasks=tasks))
 
 
 def _check_queues(queues: Sequence[str] | None) -> list[str] | None:

@@ -37,6 +37,7 @@ class Heartbeat(Service):
         node_ttl: float,
         labels: Mapping[str, str] | None = None,
         version: str | None = None,
+        serves: Sequence[str] | None = None,
     ) -> None:
         self._storage = storage
         self._executions = executions
@@ -46,7 +47,7 @@ class Heartbeat(Service):
             id=node_id, hostname=socket.gethostname(), pid=os.getpid(),
             queues_json=json.dumps(dict(queues)), tasks_json=json.dumps(sorted(tasks)),
             labels_json=json.dumps(dict(labels or {}), sort_keys=True), version=version,
-            ttl=node_ttl,
+            ttl=node_ttl, serves_json=None if serves is None else json.dumps(sorted(serves)),
         )
         self.node_ttl = node_ttl
 

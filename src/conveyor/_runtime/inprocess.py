@@ -21,7 +21,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from collections.abc import Iterator, MutableMapping, Sequence
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,10 +31,13 @@ from .._job import Job, JobState
 from .._limits import RateLimit
 from .._observed import ObservedStorage
 from .._registry import Registry
+from .._routing import describe, satisfies
 from .._storage import (
     JobAck,
     JobAckManyParams,
     JobClaimOneParams,
+    JobFilter,
+    JobSearchParams,
     QueueCooldownRaiseParams,
     QueueRow,
     Storage,
@@ -53,6 +56,8 @@ log = logging.getLogger("conveyor.worker")
 
 #: A drain that ran this many attempts is stuck (a job that snoozes for ever?).
 MAX_DRAIN_ATTEMPTS = 1_000
+#: The most skipped jobs a drain lists (``DrainResult.skipped``).
+MAX_SKIPPED_LISTED = 1_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,6 +96,10 @@ class DrainResult:
 
     outcomes: list[Outcome] = dataclasses.field(default_factory=list)
     held: list[Job] = dataclasses.field(default_factory=list)
+    #: Due jobs of the drained queues that this drain could not run, left waiting: they
+    #: require worker labels it was not given (``labels=``), or their task is outside
+    #: ``tasks=`` (at most ``MAX_SKIPPED_LISTED`` of them).
+    skipped: list[Job] = dataclasses.field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.outcomes)
@@ -101,7 +110,15 @@ class DrainResult:
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={len(self._of(k))}" for k in
                            ("completed", "retried", "discarded", "cancelled", "snoozed"))
-        return f"<DrainResult {counts}, held={len(self.held)}>"
+        skipped = f", skipped={len(self.skipped)}" if self.skipped else ""
+        return f"<DrainResult {counts}, held={len(self.held)}{skipped}>"
+
+    @property
+    def skipped_reasons(self) -> list[str]:
+        """Why each skipped job was left, e.g. ``"job 7 (train): needs gpu=a100"``."""
+        return [f"job {j.id} ({j.task}): " + (f"needs {describe(j.requires)}" if j.requires
+                                               else "its task is not among tasks=")
+                for j in self.skipped]
 
     def _of(self, kind: str) -> list[Outcome]:
         return [o for o in self.outcomes if o.kind == kind]
@@ -150,7 +167,9 @@ class InProcessRunner:
     """Claims, runs and acknowledges jobs one at a time in the caller's event loop."""
 
     def __init__(self, registry: Registry, storage: Storage, lease_ttl: float = 300.0,
-                 holds: MutableMapping[str, datetime] | None = None) -> None:
+                 holds: MutableMapping[str, datetime] | None = None, *,
+                 labels: Mapping[str, str] | None = None,
+                 tasks: Sequence[str] | None = None) -> None:
         observed = storage if isinstance(storage, ObservedStorage) else ObservedStorage(
             storage, registry.hooks)
         self.node_id = f"inprocess-{uuid.uuid4().hex[:12]}"
@@ -181,6 +200,9 @@ class InProcessRunner:
         self._rows: dict[str, QueueRow] = {}
         #: True when time is skipped (``include_scheduled``): holds and cool-downs too.
         self.timeless = False
+        #: Which jobs its claims take, as a worker with these --label and --tasks.
+        self._labels = dict(labels or {})
+        self._tasks = None if tasks is None else tuple(tasks)
 
     def close(self) -> None:
         self.executor.shutdown()
@@ -320,7 +342,19 @@ class InProcessRunner:
                 ran += await self._drain_queue(queue, result, max_jobs)
             if not ran:
                 break
+        result.skipped = await self._skipped(queues)
         return result
+
+    async def _skipped(self, queues: Sequence[str] | None) -> list[Job]:
+        """Available jobs of ``queues`` its claims leave (labels, tasks), oldest first."""
+        names = queues if queues is not None else await self._ready_queues()
+        out: list[Job] = []
+        for queue in names:
+            found = await self._storage.job_search(JobSearchParams(
+                JobFilter(states=(JobState.AVAILABLE,), queue=queue), limit=MAX_SKIPPED_LISTED))
+            out += [j for j in found if not satisfies(self._labels, j.requires)
+                    or (self._tasks is not None and j.task not in self._tasks)]
+        return sorted(out, key=lambda j: j.id)[:MAX_SKIPPED_LISTED]
 
     async def _ready_queues(self) -> list[str]:
         counts = await self._storage.job_count_by_queue()
@@ -380,7 +414,7 @@ class InProcessRunner:
         if producer is None:
             producer = self._producers[queue] = Producer(
                 self._storage, queue, 1, self.node_id, self._lease_ttl, self._fetch,
-                lambda job, _: self._ready.append(job), self._admit)
+                lambda job, _: self._ready.append(job), self._admit, self._labels, self._tasks)
         row = self._rows.get(queue)
         rate = RateLimit(row.rate_limit) if row is not None and row.rate_limit else None
         producer.apply(paused=bool(row and row.paused), limit=1, rate_limit=rate)

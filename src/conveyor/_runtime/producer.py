@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from .._job import Job
 from .._limits import RateLimit
@@ -31,6 +31,8 @@ class Producer:
         fetch_limit: int,
         start: Callable[[Job, Producer], None],
         admit: Admit | None = None,
+        labels: Mapping[str, str] | None = None,
+        tasks: Sequence[str] | None = None,
     ) -> None:
         self.queue = queue
         #: The limit this node was started with (-q / -c); settings may override it.
@@ -60,6 +62,10 @@ class Producer:
         self._wake = asyncio.Event()
         self._poll = storage.capabilities.poll_interval
         self._hold_until = 0.0
+        #: Which jobs this worker may claim: with labels or a task filter, the routed
+        #: claim; without, the plain one (jobs that require no labels).
+        self._labels = dict(labels) if labels else None
+        self._tasks = tuple(tasks) if tasks is not None else None
 
     def wake(self) -> None:
         self._wake.set()
@@ -89,7 +95,8 @@ class Producer:
             self.idle, self.saturated = self.running == 0, False
             return 0
         jobs = await self._storage.job_fetch_available(
-            JobFetchAvailableParams(self.queue, demand, self._owner, self._lease_ttl)
+            JobFetchAvailableParams(self.queue, demand, self._owner, self._lease_ttl,
+                                    self._labels, self._tasks)
         )
         self.idle = not jobs and self.running == 0
         self.saturated = len(jobs) == demand

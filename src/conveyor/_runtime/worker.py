@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import uuid
@@ -19,10 +21,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .._config import WorkerConfig
-from .._context import JobContext, ShutdownSignal
+from .._context import JobContext, ShutdownSignal, WorkerNode
 from .._job import Job, JobState
 from .._observed import ObservedStorage
 from .._registry import Registry
+from .._routing import check_task_filter
 from .._storage import JobAck, Storage, make_ack
 from .acker import Acker
 from .admission import Admission
@@ -69,9 +72,15 @@ class Worker:
     """Example: ``await Worker(app.registry, await app.storage(), WorkerConfig()).run()``"""
 
     def __init__(self, registry: Registry, storage: Storage, config: WorkerConfig) -> None:
+        if config.tasks is not None:  # a clear error now, not jobs that never run
+            config = dataclasses.replace(
+                config, tasks=check_task_filter(config.tasks, registry.tasks))
         self.registry = registry
         self.config = config
         self.node_id = uuid.uuid4().hex
+        #: Who runs its jobs, as ``current_job()`` tells their handlers.
+        self.node = WorkerNode(self.node_id, socket.gethostname(), os.getpid(),
+                               dict(config.labels))
         self._executions: dict[int, Execution] = {}
         observed = storage if isinstance(storage, ObservedStorage) else ObservedStorage(
             storage, registry.hooks)
@@ -97,7 +106,8 @@ class Worker:
         start = self._start if self.chunker is None else self._start_any
         self.producers = {
             queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,
-                            config.fetch_limit, start, self.admission.admit)
+                            config.fetch_limit, start, self.admission.admit,
+                            config.labels, config.tasks)
             for queue, limit in config.queues.items()
         }
         for producer in self.producers.values():
@@ -114,7 +124,8 @@ class Worker:
                                    lambda: list(self._executions.values()),
                                    config.heartbeat_interval, config.lease_ttl,
                                    list(registry.tasks), node_ttl=config.node_ttl,
-                                   labels=config.labels, version=registry.config.version)
+                                   labels=config.labels, version=registry.config.version,
+                                   serves=config.tasks)
         self.progress = ProgressFlusher(
             storage, lambda: [ex.ctx._progress for ex in self._executions.values()],
             config.progress_interval)
@@ -146,7 +157,7 @@ class Worker:
         Python 3.12+ a handler that does not await runs to its end here (eagerly, under
         a Task of its own) and gives its slot back before the next job starts."""
         ex = Execution(job, JobContext(job, _shutdown=self.shutdown_signal,
-                                       _meta_cap=self._meta_cap))
+                                       _meta_cap=self._meta_cap, _node=self.node))
         self._executions[job.id] = ex
         ex.task = spawn(self._run_execution(ex, producer))
 

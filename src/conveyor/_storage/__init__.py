@@ -53,6 +53,7 @@ from .job_types import (
     JobQueueDeleteParams,
     JobRescueExpiredParams,
     JobSearchParams,
+    RequiresCount,
     StagedJob,
     StateCount,
 )
@@ -198,6 +199,7 @@ __all__ = [
     "QueueUpdateParams",
     "RateGrant",
     "RateRequest",
+    "RequiresCount",
     "ScheduleAdvanceParams",
     "ScheduleRow",
     "ScheduleSetPausedParams",

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 
 from .._errors import unique_held
-from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, Job, JobState
+from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, Job, JobState, loads
 from .control_types import (
     JobPruneParams,
 )
@@ -39,6 +39,7 @@ from .job_types import (
     JobQueueDeleteParams,
     JobRescueExpiredParams,
     JobSearchParams,
+    RequiresCount,
     StagedJob,
     StateCount,
 )
@@ -284,6 +285,14 @@ class BaseStorage(ToolkitStorage):
         counts += [StateCount(None, JobState(r["state"]), int(r["n"]),
                               int(r["n"]) >= final_cap) for r in final]
         return counts
+
+    async def job_count_requiring(self, *, limit: int = 1000) -> list[RequiresCount]:
+        rows = await self._read("job_count_requiring", {"limit": limit})
+        return [RequiresCount(r["queue"], self._decoded(r["requires"]), int(r["n"]))
+                for r in rows]
+
+    def _decoded(self, value: Any) -> Any:
+        return loads(value, {}) if self.json_text else value
 
     async def job_count_final_by_queue(self) -> list[StateCount]:
         rows = await self._read("job_count_final_by_queue", {})

@@ -42,6 +42,7 @@ class ClusterStorage(BaseStorage):
         values["queues"] = values.pop("queues_json")
         values["tasks"] = values.pop("tasks_json")
         values["labels"] = values.pop("labels_json")
+        values["serves"] = values.pop("serves_json")
         await self._write("node_upsert", values)
 
     async def node_delete(self, node_id: str) -> None:

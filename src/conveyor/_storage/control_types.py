@@ -60,6 +60,8 @@ class NodeRow:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     #: The app's version the worker runs (``Conveyor(version=...)``, ``CONVEYOR_APP_VERSION``).
     version: str | None = None
+    #: The tasks it claims (``--tasks``); None: every task it knows (``tasks``).
+    serves: list[str] | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,6 +73,8 @@ class NodeUpsertParams:
     tasks_json: str = "[]"
     labels_json: str = "{}"
     version: str | None = None
+    #: The tasks it claims, a JSON array (``--tasks``); None: every task it knows.
+    serves_json: str | None = None
     #: The node counts as alive while its last heartbeat is younger than this (the
     #: worker's ``WorkerConfig.node_ttl``: each node is judged by its own setting).
     ttl: float = dataclasses.field(kw_only=True)

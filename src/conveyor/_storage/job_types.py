@@ -8,7 +8,7 @@ never breaks a call site); a call that takes one value takes it plainly (``proto
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from .._job import JobState
@@ -31,6 +31,10 @@ class JobInsert:
     #: Comma-wrapped states in which the key is held, e.g. ",available,running,".
     unique_states: str | None = None
     concurrency_key: str | None = None
+    #: The worker labels the job requires, as a JSON object (sorted keys); None for a
+    #: job without requirements. A batch with one takes the general insert, never the
+    #: plain ones (``is_plain``).
+    requires_json: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,6 +43,15 @@ class JobFetchAvailableParams:
     limit: int
     owner: str
     lease_ttl: float
+    #: A routed claim (``job_fetch_available_routed``): the worker's labels (a job's
+    #: requirements must all be among them) and the tasks it serves (None: any). With
+    #: neither, the plain claim takes only jobs without requirements.
+    labels: Mapping[str, str] | None = None
+    tasks: Sequence[str] | None = None
+
+    @property
+    def routed(self) -> bool:
+        return bool(self.labels) or self.tasks is not None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -192,6 +205,15 @@ class StateCount:
     state: JobState
     n: int
     capped: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequiresCount:
+    """Waiting jobs of ``queue`` that require the worker labels ``requires``."""
+
+    queue: str
+    requires: dict[str, str]
+    n: int
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ class LazyInserts(Sequence[JobInsert]):
                  queues: frozenset[str]) -> None:
         self._count, self._convert = count, convert
         self._made: list[JobInsert] = []
-        #: No job has a unique key (the plain paths take the batch).
+        #: No job has a unique key or requires labels (the plain paths take the batch).
         self.plain = plain
         #: The queues the jobs name (validated with their job, when it is made).
         self.queues = queues
@@ -62,11 +62,11 @@ class LazyInserts(Sequence[JobInsert]):
 
 
 def is_plain(jobs: Sequence[JobInsert]) -> bool:
-    """Not empty, and no unique key to check (read from ``LazyInserts`` without making
-    its jobs)."""
+    """Not empty, no unique key to check and no labels required (the plain statements
+    and COPY write neither); read from ``LazyInserts`` without making its jobs."""
     if isinstance(jobs, LazyInserts):
         return jobs.plain and len(jobs) > 0
-    return bool(jobs) and all(j.unique_key is None for j in jobs)
+    return bool(jobs) and all(j.unique_key is None is j.requires_json for j in jobs)
 
 
 def queues_of(jobs: Sequence[JobInsert]) -> list[str]:

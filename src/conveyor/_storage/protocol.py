@@ -56,6 +56,7 @@ from .job_types import (
     JobQueueDeleteParams,
     JobRescueExpiredParams,
     JobSearchParams,
+    RequiresCount,
     StagedJob,
     StateCount,
 )
@@ -277,6 +278,9 @@ class Storage(Protocol):
 
     async def job_count_final_by_queue(self) -> list[StateCount]:
         """Exact counts of the final states per queue (one pass over finished rows)."""
+
+    async def job_count_requiring(self, *, limit: int = 1000) -> list[RequiresCount]:
+        """Waiting jobs that require worker labels, per queue and requirement."""
 
     async def job_failure_groups(self, params: JobFailureGroupsParams) -> list[FailureGroup]: ...
 

@@ -139,6 +139,7 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
     i_ran, i_run = at.get("ran_on"), at.get("run_time")  # schema 6
     i_wf, i_batch, i_deps = at.get("workflow_id"), at.get("batch_id"), at.get("deps_pending")
     i_prog, i_pmsg = at.get("progress"), at.get("progress_message")  # schema 11
+    i_req = at.get("requires")  # schema 18
     return [
         make_job(id=r[i_id], task=r[i_task], queue=r[i_queue], args=js(r[i_args]),
                  kwargs=js(r[i_kwargs]), priority=r[i_prio], state=STATES[r[i_state]],
@@ -155,7 +156,8 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
                  batch_id=None if i_batch is None else r[i_batch],
                  deps_pending=0 if i_deps is None else r[i_deps],
                  progress=None if i_prog is None else r[i_prog],
-                 progress_message=None if i_pmsg is None else r[i_pmsg])
+                 progress_message=None if i_pmsg is None else r[i_pmsg],
+                 requires=None if i_req is None else js(r[i_req]))
         for r in rows
     ]
 
@@ -168,9 +170,10 @@ CLAIM_COLUMNS = (
     "scheduled_at", "created_at", "attempted_at", "errors", "tags", "meta", "lease_token",
     "lease_expires_at", "cancel_requested", "unique_key", "concurrency_key", "ran_on",
     "run_time", "workflow_id", "batch_id", "deps_pending", "progress", "progress_message",
+    "requires",
 )
 #: JSON columns, read as text on both dialects and decoded by the Job on first access.
-CLAIM_JSON = frozenset({"args", "kwargs", "errors", "tags", "meta"})
+CLAIM_JSON = frozenset({"args", "kwargs", "errors", "tags", "meta", "requires"})
 #: Timestamp columns: unix seconds on SQLite, converted once per distinct value.
 CLAIM_TIMES = frozenset({"scheduled_at", "created_at", "attempted_at", "lease_expires_at"})
 #: Job fields a claim does not read, as Python expressions (``owner``: the claimer's
@@ -283,6 +286,7 @@ def node_row(r: Any, json_text: bool) -> NodeRow:
         started_at=_when(r["started_at"]), heartbeat_at=_when(r["heartbeat_at"]),
         ttl=float(r["ttl"]), alive=bool(r["alive"]),
         labels=_json(r["labels"], json_text, {}), version=r["version"],
+        serves=_json(r["serves"], json_text),
     )
 
 

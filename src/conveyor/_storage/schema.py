@@ -74,7 +74,28 @@ def load_queries(dialect: str) -> dict[str, str]:
             queries[name] = body.strip().rstrip(";")
     claim = queries["job_fetch_available"]  # its columns are listed once, in rows.py
     queries["job_fetch_available"] = claim.replace("{claim_columns}", claim_returning(dialect))
+    queries.update(routed_claims(queries))
     return queries
+
+
+#: The plain claim's filter a routed claim replaces (``job_claim_route``).
+PLAIN_ROUTE = "AND requires IS NULL"
+
+
+def routed_claims(queries: dict[str, str]) -> dict[str, str]:
+    """``NAME_routed`` for each claim ``job_fetch_available*``: the same statement with
+    its "requires IS NULL" (a worker without labels) replaced by ``job_claim_route`` (a
+    fragment, taken out of ``queries``), so a worker without labels or task filter keeps
+    the plain claim."""
+    route = "\n".join(line for line in queries.pop("job_claim_route").splitlines()
+                      if not line.lstrip().startswith("--"))
+    out: dict[str, str] = {}
+    for name, sql in queries.items():
+        if name.startswith("job_fetch_available") and not name.endswith("_routed"):
+            if sql.count(PLAIN_ROUTE) != 1:
+                raise ValueError(f"claim {name!r} must filter {PLAIN_ROUTE!r} exactly once")
+            out[f"{name}_routed"] = sql.replace(PLAIN_ROUTE, route)
+    return out
 
 
 def load_migrations(dialect: str) -> list[Migration]:

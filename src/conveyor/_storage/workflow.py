@@ -38,7 +38,7 @@ def job_row(job: JobInsert, **extra: Any) -> dict[str, Any]:
            "max_attempts": job.max_attempts, "tags": job.tags_json, "meta": job.meta_json,
            "delay": job.delay, "run_at": job.run_at, "concurrency_key": job.concurrency_key,
            "workflow_id": None, "batch_id": None, "deps_pending": 0, "followers": False,
-           "results_arg": None, "callback_batch_id": None}
+           "results_arg": None, "callback_batch_id": None, "requires": job.requires_json}
     row.update(extra)
     return row
 

@@ -105,7 +105,8 @@ def _tables(view: reads.Overview, nodes: list[reads.NodeView]) -> Group:
                             Text(n.version or "-"),
                             Text(",".join(f"{k}={v}" for k, v in sorted(n.labels.items()))
                                  or "-"),
-                            Text(",".join(f"{k}:{v}" for k, v in n.queues.items())),
+                            Text(",".join(f"{k}:{v}" for k, v in n.queues.items())
+                                 + (f" (tasks {','.join(n.serves)})" if n.serves else "")),
                             str(n.running), Text(f"{seconds(n.heartbeat_age)} ago",
                                                  style="" if n.alive else "red"),
                             "leader" if n.leader else "")
@@ -134,7 +135,7 @@ def status(app_path: str | None, url: str | None, as_json: bool) -> None:
                         "concurrency": q.concurrency} for q in view.queues],
             "workers": [{"id": n.id, "hostname": n.hostname, "alive": n.alive,
                          "running": n.running, "leader": n.leader, "version": n.version,
-                         "labels": n.labels} for n in nodes],
+                         "labels": n.labels, "tasks": n.serves} for n in nodes],
         })
         return
     console().print(_tables(view, nodes))

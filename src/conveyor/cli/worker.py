@@ -20,13 +20,15 @@ import click
 from .. import _payload
 from .._app import Conveyor
 from .._config import WorkerConfig, labels_from_env, parse_labels, parse_queue_specs
+from .._routing import check_task_filter
 from ._base import EPILOG, PROCESS, common_options, run_async
 from ._loading import open_app
 from ._logging import LOG_LEVELS, configure_logging
 from ._supervisor import exit_if_handlers_linger, supervise
 
-#: WorkerConfig fields with their own hand-written options (-q/-c, --burst, --label).
-NOT_FLAGS = frozenset({"queues", "burst", "labels"})
+#: WorkerConfig fields with their own hand-written options (-q/-c, --burst, --label,
+#: --tasks).
+NOT_FLAGS = frozenset({"queues", "burst", "labels", "tasks"})
 
 
 def config_fields() -> list[dataclasses.Field[Any]]:
@@ -75,6 +77,8 @@ class WorkerOptions:
     log_level: str = "INFO"
     log_format: str = "text"
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: --tasks: only jobs of these tasks are claimed; None: every task.
+    tasks: tuple[str, ...] | None = None
 
 
 def parse_queues(specs: Sequence[str], concurrency: int,
@@ -119,6 +123,17 @@ def worker_labels(flags: Sequence[str]) -> dict[str, str]:
         raise click.UsageError(str(exc)) from None
 
 
+def worker_tasks(app: Conveyor, specs: Sequence[str]) -> tuple[str, ...] | None:
+    """--tasks send_email,resize (repeatable): each a task the app knows, or a usage
+    error that lists the ones it does."""
+    if not specs:
+        return None
+    try:
+        return check_task_filter(",".join(specs), app.tasks)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tasks") from None
+
+
 def app_queues(app: Conveyor, concurrency: int) -> dict[str, int]:
     """What a worker started without -q serves: ``default`` and every queue the app's
     tasks and schedules name (the same rule as ``app.run_worker()`` without queues)."""
@@ -134,7 +149,7 @@ def build_config(opts: WorkerOptions) -> WorkerConfig:
         for name in opts.queues:
             _payload.check_queue_name(name)
         return WorkerConfig(queues=dict(opts.queues), burst=opts.burst, labels=opts.labels,
-                            **opts.settings)
+                            tasks=opts.tasks, **opts.settings)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -153,6 +168,8 @@ def child_argv(app_path: str, url: str | None, opts: WorkerOptions) -> list[str]
         argv.append("--burst")
     for key, value in opts.labels.items():
         argv += ["--label", f"{key}={value}"]
+    if opts.tasks is not None:
+        argv += ["--tasks", ",".join(opts.tasks)]
     if url:
         argv += ["--url", url]
     return argv
@@ -190,8 +207,12 @@ def tune_gc() -> None:
               "(even when $CONVEYOR_QUEUES is set).")
 @click.option("--label", "label_specs", multiple=True, metavar="KEY=VALUE",
               help="A label of this worker, shown with its node in conveyor status, the "
-              "dashboard and explain (repeatable; added to $CONVEYOR_WORKER_LABELS, "
+              "dashboard and explain; jobs that require labels (requires=) run only on "
+              "workers that have them (repeatable; added to $CONVEYOR_WORKER_LABELS, "
               "e.g. region=eu,tier=gold).")
+@click.option("--tasks", "task_specs", multiple=True, metavar="TASK,...",
+              help="Claim only jobs of these tasks (comma-separated, repeatable); the "
+              "others stay for other workers. Default: every task.")
 @click.option("-c", "--concurrency", type=click.IntRange(min=1), default=10, show_default=True,
               help="Concurrency of queues given without :N.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
@@ -204,7 +225,7 @@ def tune_gc() -> None:
               show_default=True, help="json: one JSON object per line.")
 @common_options
 def worker(app_arg: str | None, queue_specs: tuple[str, ...], all_queues: bool,
-           label_specs: tuple[str, ...], concurrency: int,
+           label_specs: tuple[str, ...], task_specs: tuple[str, ...], concurrency: int,
            processes: int, burst: bool, log_level: str, log_format: str,
            app_path: str | None, url: str | None, **settings: Any) -> None:
     """Run a worker for the app at APP_PATH (module:attribute, or $CONVEYOR_APP).
@@ -224,6 +245,7 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], all_queues: bool,
     opts = WorkerOptions(
         queues=queues, concurrency=concurrency, burst=burst,
         settings=settings, log_level=log_level.upper(), log_format=log_format, labels=labels,
+        tasks=worker_tasks(app, task_specs),
     )
     config = build_config(opts)
     if processes > 1:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..._job import ACTIVE_STATES, JobState
 from ..._redact import Redactor
+from ..._routing import describe, satisfies
 from ..._storage import DbHealth, FailureGroup, StateCount
 from ..control import ScheduleInfo
 from .series import Series, build_series, hour_window, per_queue
@@ -41,6 +42,13 @@ class QueueView:
     backoff: str | None = None
     completed_retention: float | None = None
     discarded_retention: float | None = None
+    #: Waiting jobs that require worker labels: (the labels, how many, whether a live
+    #: worker of the queue has them).
+    requiring: list[tuple[str, int, bool]] = dataclasses.field(default_factory=list)
+
+    @property
+    def requiring_total(self) -> int:
+        return sum(n for _, n, _ in self.requiring)
 
 
 #: Why the per-minute figures are missing when no metric was ever recorded.
@@ -81,6 +89,10 @@ async def queues(ops: Operations, counts: list[StateCount] | None = None) -> lis
     rows = {q.name: q for q in await ops.queue_rows()}
     nodes = await ops.alive_nodes()
     hour = per_queue(await ops.metric_series(hour_window()[0]))
+    requiring: dict[str, list[tuple[str, int, bool]]] = {}
+    for r in await ops.requiring():
+        runnable = any(r.queue in n.queues and satisfies(n.labels, r.requires) for n in nodes)
+        requiring.setdefault(r.queue, []).append((describe(r.requires), r.n, runnable))
     by_queue: dict[str, dict[str, int]] = {}
     for c in counts:
         if c.queue is not None:
@@ -101,6 +113,7 @@ async def queues(ops: Operations, counts: list[StateCount] | None = None) -> lis
             backoff=row.backoff if row else None,
             completed_retention=row.completed_retention if row else None,
             discarded_retention=row.discarded_retention if row else None,
+            requiring=requiring.get(name, []),
         ))
     return out
 
@@ -152,6 +165,8 @@ class NodeView:
     leader: bool
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     version: str | None = None
+    #: The tasks it claims (``--tasks``); None: every task.
+    serves: list[str] | None = None
 
 
 async def workers(ops: Operations) -> list[NodeView]:
@@ -162,7 +177,7 @@ async def workers(ops: Operations) -> list[NodeView]:
     return [NodeView(n.id, n.hostname, n.pid, n.queues, n.started_at,
                      max((now - n.heartbeat_at).total_seconds(), 0.0), n.alive,
                      running.get(n.id, 0), leader is not None and leader.node_id == n.id,
-                     n.labels, n.version)
+                     n.labels, n.version, n.serves)
             for n in nodes]
 
 

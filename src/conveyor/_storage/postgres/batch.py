@@ -32,7 +32,7 @@ _INSERT_COLUMNS = (
     ("task", "task"), ("queue", "queue"), ("args", "args_json"), ("kwargs", "kwargs_json"),
     ("priority", "priority"), ("max_attempts", "max_attempts"), ("tags", "tags_json"),
     ("meta", "meta_json"), ("unique_key", "unique_key"), ("unique_states", "unique_states"),
-    ("concurrency_key", "concurrency_key"),
+    ("concurrency_key", "concurrency_key"), ("requires", "requires_json"),
 )
 
 

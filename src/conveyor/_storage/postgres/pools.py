@@ -72,6 +72,7 @@ _UNPREPARED = frozenset({
     "job_count_capped", "job_count_by_queue", "job_count_final_capped", "job_failure_groups",
     "job_count_running_by_node", "metrics_series", "metrics_totals", "metrics_depth_series",
     "metrics_depth_sample", "job_pick_matching", "job_history_pick_matching",
+    "job_count_requiring",
 })
 
 

@@ -10,6 +10,7 @@ migrates on open: changing a shared schema is an operator's decision, made with
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -185,9 +186,15 @@ class PostgresStorage(PostgresPools):
             return workflow.run_steps_sync(connection, self._q, self._config.channel, steps)
 
     async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]:
+        values = {"queue": params.queue, "limit": params.limit, "owner": params.owner,
+                  "lease_ttl": params.lease_ttl}
+        name = "job_fetch_available"
+        if params.routed:  # a worker with labels or a task filter
+            name += "_routed"
+            values["labels"] = json.dumps(dict(params.labels or {}))
+            values["tasks"] = None if params.tasks is None else list(params.tasks)
         async with self._conn() as conn:  # tuple rows: no dict per claimed job
-            jobs = await batch.claim(conn, self._q["job_fetch_available"],
-                                     dataclasses.asdict(params))
+            jobs = await batch.claim(conn, self._q[name], values)
         return sort_for_claim(jobs)
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:

@@ -68,7 +68,7 @@ def _insert_values(job: JobInsert) -> dict[str, Any]:
         "meta": job.meta_json, "delay": job.delay,
         "run_at": job.run_at.timestamp() if job.run_at is not None else None,
         "unique_key": job.unique_key, "unique_states": job.unique_states,
-        "concurrency_key": job.concurrency_key,
+        "concurrency_key": job.concurrency_key, "requires": job.requires_json,
     }
 
 
@@ -221,7 +221,7 @@ class SQLiteStorage(CompositionStorage):
     # -- jobs: the batch paths ---------------------------------------------------------------
 
     def _insert_rows(self, conn: Conn, jobs: Sequence[JobInsert]) -> list[Job]:
-        if all(job.unique_key is None for job in jobs):  # one executemany
+        if all(job.unique_key is None is job.requires_json for job in jobs):  # plain
             return batch.insert_plain(conn, self._q, jobs).jobs(jobs)
 
         def run(name: str, values: list[dict[str, Any]]) -> list[Job]:
@@ -242,7 +242,7 @@ class SQLiteStorage(CompositionStorage):
         return inserted
 
     def _insert_ids(self, conn: Conn, jobs: Sequence[JobInsert]) -> list[int]:
-        if all(job.unique_key is None for job in jobs):  # no Job built at all
+        if all(job.unique_key is None is job.requires_json for job in jobs):  # no Job built
             return list(batch.insert_plain(conn, self._q, jobs).ids)
         return [job.id for job in self._insert_rows(conn, jobs)]
 
@@ -299,6 +299,10 @@ class SQLiteStorage(CompositionStorage):
         values = {"queue": params.queue, "limit": params.limit, "owner": params.owner,
                   "lease_ttl": params.lease_ttl}
         sql = self._q["job_fetch_available"]
+        if params.routed:  # a worker with labels or a task filter
+            sql = self._q["job_fetch_available_routed"]
+            values["labels"] = json.dumps(dict(params.labels or {}))
+            values["tasks"] = None if params.tasks is None else json.dumps(list(params.tasks))
         # decoded here, not on the storage thread: it can start the next statement
         rows = await self._thread.call_write(lambda c: batch.claim(c, sql, values))
         return sort_for_claim(claimed_from_seconds(rows, params.owner))

@@ -12,18 +12,19 @@
 WITH inserted AS (
     INSERT INTO conveyor_jobs
         (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
-         scheduled_at, created_at, unique_key, unique_states, concurrency_key)
+         scheduled_at, created_at, unique_key, unique_states, concurrency_key, requires)
     SELECT b.task, b.queue, b.args::jsonb, b.kwargs::jsonb, b.priority, b.max_attempts,
            b.tags::jsonb, b.meta::jsonb,
            CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
-           b.unique_key, b.unique_states, b.concurrency_key
+           b.unique_key, b.unique_states, b.concurrency_key, b.requires::jsonb
     FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(kwargs)b::text[],
                 %(priority)b::smallint[], %(max_attempts)b::integer[], %(tags)b::text[],
                 %(meta)b::text[], %(delay)b::float8[], %(run_at)b::timestamptz[],
-                %(unique_key)b::text[], %(unique_states)b::text[], %(concurrency_key)b::text[])
+                %(unique_key)b::text[], %(unique_states)b::text[], %(concurrency_key)b::text[],
+                %(requires)b::text[])
          WITH ORDINALITY
          AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at,
-              unique_key, unique_states, concurrency_key, ord)
+              unique_key, unique_states, concurrency_key, requires, ord)
     CROSS JOIN LATERAL (
         SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
     ) AS d
@@ -54,6 +55,7 @@ SET state = 'running',
 FROM (
     SELECT id FROM conveyor_jobs
     WHERE state = 'available' AND queue = %(queue)s::text
+      AND requires IS NULL  -- routed: job_claim_route (schema.routed_claims)
     ORDER BY priority DESC, scheduled_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -61,6 +63,13 @@ FROM (
 WHERE j.id = p.id
 -- only what a worker's Job needs, JSON as text (rows.CLAIM_COLUMNS, by load_queries)
 RETURNING {claim_columns};
+
+-- name: job_claim_route
+-- What a routed claim (a worker with labels or --tasks) takes instead of "requires IS
+-- NULL": jobs whose every required label the worker has (%(labels)s, a JSON object), of
+-- the tasks it serves (%(tasks)s; NULL: any).
+AND (requires IS NULL OR requires <@ %(labels)s::jsonb)
+AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
 
 -- name: job_ack
 -- A fenced write: it applies only while this attempt still holds the lease.
@@ -236,12 +245,13 @@ GROUP BY state;
 
 -- name: node_upsert
 INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, labels, version, started_at,
-                            heartbeat_at, ttl)
+                            heartbeat_at, ttl, serves)
 VALUES (%(id)s::text, %(hostname)s::text, %(pid)s::integer, %(queues)s::jsonb, %(tasks)s::jsonb,
-        %(labels)s::jsonb, %(version)s::text, now(), now(), %(ttl)s::float8)
+        %(labels)s::jsonb, %(version)s::text, now(), now(), %(ttl)s::float8, %(serves)s::jsonb)
 ON CONFLICT (id) DO UPDATE
 SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at,
-    ttl = excluded.ttl, labels = excluded.labels, version = excluded.version;
+    ttl = excluded.ttl, labels = excluded.labels, version = excluded.version,
+    serves = excluded.serves;
 
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = %(id)s::text;

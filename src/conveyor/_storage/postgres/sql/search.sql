@@ -159,3 +159,12 @@ GROUP BY lease_owner;
 
 -- name: schema_version
 SELECT coalesce(max(version), 0) AS version FROM conveyor_migrations;
+
+-- name: job_count_requiring
+-- Waiting jobs that require worker labels, per queue and requirement (the dashboard);
+-- read from the requirement index, which holds those jobs only.
+SELECT queue, requires, count(*) AS n FROM conveyor_jobs
+WHERE requires IS NOT NULL AND state IN ('pending', 'scheduled', 'available', 'retryable')
+GROUP BY queue, requires
+ORDER BY queue, n DESC
+LIMIT %(limit)s;

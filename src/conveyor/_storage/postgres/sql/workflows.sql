@@ -23,23 +23,23 @@ WITH inserted AS (
     INSERT INTO conveyor_jobs
         (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
          scheduled_at, created_at, concurrency_key, workflow_id, batch_id, deps_pending,
-         followers, results_arg, callback_batch_id)
+         followers, results_arg, callback_batch_id, requires)
     SELECT b.task, b.queue, b.args::jsonb, b.kwargs::jsonb, b.priority, b.max_attempts,
            b.tags::jsonb, b.meta::jsonb,
            CASE WHEN b.deps_pending > 0 THEN 'pending'
                 WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
            b.concurrency_key, b.workflow_id, b.batch_id, b.deps_pending, b.followers,
-           b.results_arg, b.callback_batch_id
+           b.results_arg, b.callback_batch_id, b.requires::jsonb
     FROM unnest(%(task)s::text[], %(queue)s::text[], %(args)s::text[], %(kwargs)s::text[],
                 %(priority)s::smallint[], %(max_attempts)s::integer[], %(tags)s::text[],
                 %(meta)s::text[], %(delay)s::float8[], %(run_at)s::timestamptz[],
                 %(concurrency_key)s::text[], %(workflow_id)s::text[], %(batch_id)s::bigint[],
                 %(deps_pending)s::integer[], %(followers)s::boolean[],
-                %(results_arg)s::text[], %(callback_batch_id)s::bigint[])
+                %(results_arg)s::text[], %(callback_batch_id)s::bigint[], %(requires)s::text[])
          WITH ORDINALITY
          AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at,
               concurrency_key, workflow_id, batch_id, deps_pending, followers, results_arg,
-              callback_batch_id, ord)
+              callback_batch_id, requires, ord)
     CROSS JOIN LATERAL (
         SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
     ) AS d

@@ -5,10 +5,10 @@
 -- A live job already holding the unique key makes this insert do nothing.
 INSERT INTO conveyor_jobs
     (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at,
-     unique_key, unique_states, concurrency_key)
+     unique_key, unique_states, concurrency_key, requires)
 SELECT :task, :queue, :args, :kwargs, :priority, :max_attempts, :tags, :meta,
        CASE WHEN due > now THEN 'scheduled' ELSE 'available' END, due, now,
-       :unique_key, :unique_states, :concurrency_key
+       :unique_key, :unique_states, :concurrency_key, :requires
 FROM (SELECT coalesce(:run_at, now + coalesce(:delay, 0.0)) AS due, now
       FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now))
 WHERE true
@@ -32,11 +32,21 @@ SET state = 'running',
 WHERE id IN (
     SELECT id FROM conveyor_jobs
     WHERE state = 'available' AND queue = :queue
+      AND requires IS NULL  -- routed: job_claim_route (schema.routed_claims)
     ORDER BY priority DESC, scheduled_at, id
     LIMIT :limit
 )
 -- only what a worker's Job needs (rows.CLAIM_COLUMNS, filled in by load_queries)
 RETURNING {claim_columns};
+
+-- name: job_claim_route
+-- What a routed claim (a worker with labels or --tasks) takes instead of "requires IS
+-- NULL": jobs whose every required label the worker has (:labels, a JSON object), of
+-- the tasks it serves (:tasks, a JSON array; NULL: any).
+AND (requires IS NULL OR NOT EXISTS (
+        SELECT 1 FROM json_each(conveyor_jobs.requires) AS r
+        WHERE r.value IS NOT (SELECT l.value FROM json_each(:labels) AS l WHERE l.key = r.key)))
+AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
 
 -- name: job_ack
 -- A fenced write: it applies only while this attempt still holds the lease.
@@ -160,13 +170,14 @@ GROUP BY state;
 
 -- name: node_upsert
 INSERT INTO conveyor_nodes (id, hostname, pid, queues, tasks, labels, version, started_at,
-                            heartbeat_at, ttl)
+                            heartbeat_at, ttl, serves)
 VALUES (:id, :hostname, :pid, :queues, :tasks, :labels, :version,
         (julianday('now') - 2440587.5) * 86400.0, (julianday('now') - 2440587.5) * 86400.0,
-        :ttl)
+        :ttl, :serves)
 ON CONFLICT (id) DO UPDATE
 SET queues = excluded.queues, tasks = excluded.tasks, heartbeat_at = excluded.heartbeat_at,
-    ttl = excluded.ttl, labels = excluded.labels, version = excluded.version;
+    ttl = excluded.ttl, labels = excluded.labels, version = excluded.version,
+    serves = excluded.serves;
 
 -- name: node_delete
 DELETE FROM conveyor_nodes WHERE id = :id;

@@ -17,12 +17,12 @@ SELECT id, state FROM conveyor_jobs_history WHERE id IN (SELECT value FROM json_
 INSERT INTO conveyor_jobs
     (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
      scheduled_at, created_at, concurrency_key, workflow_id, batch_id, deps_pending,
-     followers, results_arg, callback_batch_id)
+     followers, results_arg, callback_batch_id, requires)
 SELECT :task, :queue, :args, :kwargs, :priority, :max_attempts, :tags, :meta,
        CASE WHEN :deps_pending > 0 THEN 'pending'
             WHEN d.due > d.now THEN 'scheduled' ELSE 'available' END, d.due, d.now,
        :concurrency_key, :workflow_id, :batch_id, :deps_pending, :followers, :results_arg,
-       :callback_batch_id
+       :callback_batch_id, :requires
 FROM (SELECT coalesce(:run_at, n.now + coalesce(:delay, 0)) AS due, n.now
       FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now) AS n) AS d
 RETURNING id;

@@ -1,0 +1,124 @@
+"""Routing across real `conveyor worker` processes sharing one database, on both
+backends: a worker with --label gpu=a100 --tasks train and one with --tasks
+mail.send,resize each claim only their jobs; what no worker can run stays, and
+explain_job says why. Every wait is a condition with a deadline."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, JobState
+
+from .apps import routing_app
+from .conftest import WaitFor
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = "tests.apps.routing_app:app"
+WORKER_ARGS = ("--heartbeat-interval", "0.3", "--lease-ttl", "3", "--shutdown-timeout", "2",
+               "--log-level", "warning", "--all-queues")
+
+
+class Workers:
+    """`conveyor worker` processes on one database, each stopped by its own pid."""
+
+    def __init__(self, db_url: str, logs: Path) -> None:
+        self.db_url, self.logs = db_url, logs
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "CONVEYOR_URL": self.db_url,
+               "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+        env.pop("CONVEYOR_WORKER_LABELS", None)
+        cmd = [sys.executable, "-m", "conveyor", "worker", APP, *WORKER_ARGS, *args]
+        log = open(self.logs / f"worker-{len(self.procs)}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def output(self) -> str:
+        return "\n".join((self.logs / f"worker-{i}.log").read_text(errors="replace")
+                         for i in range(len(self.procs)))
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+
+@pytest.fixture
+def workers(db_url: str, tmp_path: Path) -> Iterator[Workers]:
+    w = Workers(db_url, tmp_path)
+    try:
+        yield w
+    finally:
+        w.stop_all()
+
+
+@pytest.fixture
+def routed(db_url: str) -> Iterator[Conveyor]:
+    app = routing_app.build(db_url)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def test_two_workers_claim_only_what_their_labels_and_tasks_allow(
+        routed: Conveyor, workers: Workers, wait_for: WaitFor) -> None:
+    tasks = routed.tasks
+    trains = [tasks["train"].enqueue(i) for i in range(8)]
+    mails = [tasks["mail.send"].enqueue(i) for i in range(8)]
+    resizes = [tasks["resize"].enqueue(i) for i in range(8)]
+    h100 = tasks["train"].options(requires={"gpu": "h100"}).enqueue(99)
+    report = tasks["report"].enqueue(1)
+    assert {j.queue for j in mails} == {"mail"}  # routed by name
+    gpu = workers.start("--label", "gpu=a100", "--tasks", "train")
+    cpu = workers.start("--tasks", "mail.send,resize")
+    mine = trains + mails + resizes
+
+    def all_done() -> bool:
+        for p in (gpu, cpu):
+            assert p.poll() is None, workers.output()
+        return all(routed.get_job(j.id).state == JobState.COMPLETED for j in mine)  # type: ignore[union-attr]
+
+    wait_for(all_done, timeout=90, interval=0.1, message="the routed jobs to complete")
+    ran = {j.id: routed.get_job(j.id).result for j in mine}  # type: ignore[union-attr]
+    assert {ran[j.id]["pid"] for j in trains} == {gpu.pid}
+    assert {ran[j.id]["pid"] for j in mails + resizes} == {cpu.pid}
+    assert {ran[j.id]["labels"]["gpu"] for j in trains} == {"a100"}
+    nodes = {n.pid: n for n in routed.list_nodes()}
+    assert nodes[gpu.pid].serves == ["train"] and nodes[cpu.pid].serves == ["mail.send", "resize"]
+    assert {ran[j.id]["node"] for j in trains} == {nodes[gpu.pid].id}
+
+    # what no live worker can run stays where it is, and says why
+    for job, why in ((h100, "needs gpu=h100; no live worker has it"),
+                     (report, "no live worker serves task 'report'")):
+        got = routed.get_job(job.id)
+        assert got is not None and got.state == JobState.AVAILABLE and got.attempt == 0
+        reasons = routed.explain_job(job.id).reasons
+        assert any(why in r for r in reasons), reasons
+
+
+def test_an_unknown_task_in_tasks_is_a_usage_error_listing_the_known_ones(
+        db_url: str, workers: Workers) -> None:
+    proc = workers.start("--tasks", "train,nope")
+    assert proc.wait(timeout=60) == 2
+    out = workers.output()
+    assert "unknown task(s) 'nope'" in out
+    assert "mail.send, report, resize, train" in out

@@ -54,6 +54,9 @@ def _cases() -> dict[str, AbCase]:
         out.append(AbCase(f"enqueue_async_{backend}_p100", backend, 5_000, "jobs/s",
                           "5,000 enqueue_async calls from 100 coroutines on one loop "
                           "(bench/w_enqueue.py single_async)"))
+        out.append(AbCase(f"enqueue_async_{backend}_p1", backend, 3_000, "jobs/s",
+                          "3,000 enqueue_async calls one at a time, one coroutine "
+                          "(bench/w_enqueue.py single_async)"))
     return {c.name: c for c in out}
 
 
@@ -79,7 +82,8 @@ def _runner(case: AbCase) -> Callable[[Any, int], dict[str, Any]]:
     if case.name.startswith("enqueue_many_"):
         return lambda target, jobs: w_enqueue.bulk(target, jobs, 1000)
     if case.name.startswith("enqueue_async_"):
-        return lambda target, jobs: w_enqueue.single_async(target, jobs, 100)
+        producers = int(case.name.rsplit("_p", 1)[1])
+        return lambda target, jobs: w_enqueue.single_async(target, jobs, producers)
     raise KeyError(case.name)
 
 

@@ -22,6 +22,7 @@ from psycopg.rows import tuple_row
 from ..._job import Job
 from ..job_types import JobAck, JobInsert
 from ..rows import claimed_from_datetimes, jobs_from_inserts, plain_completed
+from .connection import tuple_cursor
 from .copy_insert import COPY_MIN_BATCH, Inserted, copy_async, copy_sync
 
 Fetch = Callable[[str, Mapping[str, Any]], Awaitable[list[Any]]]
@@ -58,7 +59,7 @@ async def insert_plain(conn: psycopg.AsyncConnection[Any], queries: Mapping[str,
         return await copy_async(conn, queries, jobs, channel, prepare,
                                 jobs_of if jobs_too else None)
     sql, params = _statement(queries, jobs, channel)
-    cur = conn.cursor(row_factory=tuple_row)
+    cur = tuple_cursor(conn)
     await cur.execute(sql, params, prepare=prepare)
     return _inserted(await cur.fetchall())
 

@@ -34,6 +34,7 @@ from ..wake import WakeCallback, WakeHub
 from . import schema
 from .connection import (
     Errors,
+    PooledConnection,
     PostgresConfig,
     configure,
     connect_kwargs,
@@ -49,7 +50,7 @@ log = logging.getLogger("conveyor.postgres")
 #: The redacted URLs this process has warned about finding a pooler on: once each, not
 #: once per storage (an app opens one per event loop).
 _POOLER_WARNED: set[str] = set()
-Conn = psycopg.AsyncConnection[DictRow]
+Conn = PooledConnection
 _CHANNEL = re.compile(r"[a-z_][a-z0-9_]{0,62}")  # fullmatch: no trailing newline
 #: Hot statements (claim, ack, heartbeat) are prepared after this many uses.
 _PREPARE_THRESHOLD = 5

@@ -86,7 +86,7 @@ def _statement(queries: Mapping[str, str], jobs: Sequence[JobInsert], channel: s
     if _alike(jobs):
         values = one_values(jobs[0], channel)
         values.update(args=[j.args_json for j in jobs], kwargs=[j.kwargs_json for j in jobs])
-        return INSERT_ALIKE, values
+        return queries["job_insert_alike"], values
     return queries["job_insert_plain"], insert_values(jobs, channel)
 
 
@@ -98,35 +98,6 @@ def _alike(jobs: Sequence[JobInsert]) -> bool:
               first.meta_json, first.concurrency_key, first.delay, first.run_at)
     return all((j.task, j.queue, j.priority, j.max_attempts, j.tags_json, j.meta_json,
                 j.concurrency_key, j.delay, j.run_at) == shared for j in jobs)
-
-
-#: ``job_insert_plain`` for jobs alike but for their arguments: those two as arrays, the
-#: rest as ``job_insert_one``'s scalars (a client sends a batch of 50 for about 60% of
-#: the CPU the eleven arrays cost). Here, not in jobs_plain.sql: SQLite has no use for
-#: it, and every named statement has a twin in both dialects.
-INSERT_ALIKE = """
-WITH d AS MATERIALIZED (
-    SELECT coalesce(%(run_at)s::timestamptz,
-                    now() + coalesce(%(delay)s::float8, 0) * interval '1 second') AS due
-), inserted AS (
-    INSERT INTO conveyor_jobs
-        (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
-         scheduled_at, created_at, concurrency_key)
-    SELECT %(task)s::text, %(queue)s::text, b.args::jsonb, b.kwargs::jsonb,
-           %(priority)s::smallint, %(max_attempts)s::integer, %(tags)s::jsonb, %(meta)s::jsonb,
-           CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
-           %(concurrency_key)s::text
-    FROM unnest(%(args)b::text[], %(kwargs)b::text[]) WITH ORDINALITY AS b(args, kwargs, ord)
-    CROSS JOIN d
-    ORDER BY b.ord
-    RETURNING id, queue, state, scheduled_at, created_at
-), woken AS (
-    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
-    FROM (SELECT DISTINCT queue FROM inserted) AS q
-)
-SELECT inserted.id, inserted.state, inserted.scheduled_at, inserted.created_at
-FROM inserted CROSS JOIN woken
-ORDER BY inserted.id"""
 
 
 def _inserted(rows: Sequence[tuple[Any, ...]]) -> Inserted:

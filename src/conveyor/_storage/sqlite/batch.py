@@ -59,11 +59,11 @@ class Inserted:
 def insert_plain(conn: sqlite3.Connection, queries: Mapping[str, str],
                  jobs: Sequence[JobInsert]) -> Inserted:
     """Insert jobs that carry no unique key: jobs alike but for their arguments in one
-    statement over a JSON array (``INSERT_ALIKE``), others with one ``executemany``."""
+    statement over a JSON array (``job_insert_alike``), others with one ``executemany``."""
     cur = conn.cursor()
     now = cur.execute(queries["clock_now"]).fetchone()[0]
     if len(jobs) > 1 and _alike(jobs):
-        done = _insert_alike(cur, jobs, now)
+        done = _insert_alike(cur, queries["job_insert_alike"], jobs, now)
         if done is not None:
             return done
     rows: list[tuple[Any, ...]] = []
@@ -95,24 +95,6 @@ def _alike(jobs: Sequence[JobInsert]) -> bool:
                 j.concurrency_key, j.delay, j.run_at) == shared for j in jobs)
 
 
-#: ``job_insert_plain`` for jobs alike but for their arguments: one statement over a
-#: JSON array of their arguments (``:calls``), the rest bound once. Each execution of an
-#: insert on this table sets up its trigger programs and checks again (as the ack's
-#: comment in jobs_plain.sql says), which cost executemany about twice the rows' own
-#: work. Rows go in in array order, so their AUTOINCREMENT ids are in input order.
-#: Here, not in jobs_plain.sql: PostgreSQL has COPY and its own alike statement.
-INSERT_ALIKE = """
-INSERT INTO conveyor_jobs
-    (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at,
-     created_at, concurrency_key)
-SELECT :task, :queue, {args}, {kwargs}, :priority, :max_attempts, :tags, :meta, :state, :due,
-       :now, :concurrency_key
-FROM json_each(:calls) AS a
-ORDER BY a.key"""
-#: Only the positional arguments vary (their keyword arguments are alike too): an
-#: array of ``args_json`` strings; otherwise an array of ``[args_json, kwargs_json]``.
-_INSERT_ARGS = INSERT_ALIKE.format(args="a.value", kwargs=":kwargs")
-_INSERT_CALLS = INSERT_ALIKE.format(args="a.value ->> 0", kwargs="a.value ->> 1")
 _dump_texts = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
@@ -122,17 +104,20 @@ _dump_texts = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 MAX_CALLS_TEXT = 16 << 20
 
 
-def _insert_alike(cur: sqlite3.Cursor, jobs: Sequence[JobInsert], now: float
+def _insert_alike(cur: sqlite3.Cursor, sql: str, jobs: Sequence[JobInsert], now: float
                   ) -> Inserted | None:
-    """The JSON text of the arguments holds no NUL (``_payload`` refuses one), which
-    SQLite's JSON functions would stop a string at. None: too large, nothing written."""
+    """``job_insert_alike``: only the positional arguments vary (the keyword arguments
+    are alike too), an array of ``args_json`` strings; otherwise an array of
+    ``[args_json, kwargs_json]``. The JSON text of the arguments holds no NUL
+    (``_payload`` refuses one), which SQLite's JSON functions would stop a string at.
+    None: too large, nothing written."""
     first = jobs[0]
     state, due = _when(first, now)
     kwargs = first.kwargs_json
     if all(j.kwargs_json == kwargs for j in jobs):
-        sql, calls = _INSERT_ARGS, _dump_texts([j.args_json for j in jobs])
+        calls = _dump_texts([j.args_json for j in jobs])
     else:
-        sql, calls = _INSERT_CALLS, _dump_texts([(j.args_json, j.kwargs_json) for j in jobs])
+        calls = _dump_texts([(j.args_json, j.kwargs_json) for j in jobs])
     if len(calls) > MAX_CALLS_TEXT:
         return None
     cur.execute(sql, {

@@ -81,6 +81,34 @@ WITH inserted AS (
 SELECT inserted.id, inserted.state, inserted.scheduled_at, inserted.created_at
 FROM inserted CROSS JOIN woken;
 
+-- name: job_insert_alike
+-- job_insert_plain for jobs alike but for their arguments (the calls of one task that an
+-- enqueue_async pipeline batch holds): those two as arrays, the rest as job_insert_one's
+-- scalars (a client sends a batch of 50 for about three fifths of the CPU the eleven
+-- arrays cost).
+WITH d AS MATERIALIZED (
+    SELECT coalesce(%(run_at)s::timestamptz,
+                    now() + coalesce(%(delay)s::float8, 0) * interval '1 second') AS due
+), inserted AS (
+    INSERT INTO conveyor_jobs
+        (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
+         scheduled_at, created_at, concurrency_key)
+    SELECT %(task)s::text, %(queue)s::text, b.args::jsonb, b.kwargs::jsonb,
+           %(priority)s::smallint, %(max_attempts)s::integer, %(tags)s::jsonb, %(meta)s::jsonb,
+           CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
+           %(concurrency_key)s::text
+    FROM unnest(%(args)b::text[], %(kwargs)b::text[]) WITH ORDINALITY AS b(args, kwargs, ord)
+    CROSS JOIN d
+    ORDER BY b.ord
+    RETURNING id, queue, state, scheduled_at, created_at
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT inserted.id, inserted.state, inserted.scheduled_at, inserted.created_at
+FROM inserted CROSS JOIN woken
+ORDER BY inserted.id;
+
 -- name: job_reserve_ids
 -- The first statement of a COPY batch (postgres/copy_insert.py): one id per job
 -- (COPY cannot return them), the transaction's now() (the jobs' creation time) and a

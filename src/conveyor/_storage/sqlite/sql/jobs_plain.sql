@@ -40,6 +40,24 @@ INSERT INTO conveyor_jobs
      concurrency_key)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
+-- name: job_insert_alike
+-- job_insert_plain for jobs alike but for their arguments: one statement over a JSON
+-- array of their arguments (:calls), the rest bound once (sqlite/batch.py). Each
+-- execution of an insert on this table sets up its trigger programs and checks again
+-- (as job_ack_completed's comment says), which cost executemany about twice the rows'
+-- own work. :calls holds args_json strings when the keyword arguments are alike too
+-- (:kwargs), else [args_json, kwargs_json] pairs. Rows go in in array order, so their
+-- AUTOINCREMENT ids are in input order.
+INSERT INTO conveyor_jobs
+    (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at,
+     created_at, concurrency_key)
+SELECT :task, :queue,
+       CASE a.type WHEN 'text' THEN a.value ELSE a.value ->> 0 END,
+       CASE a.type WHEN 'text' THEN :kwargs ELSE a.value ->> 1 END,
+       :priority, :max_attempts, :tags, :meta, :state, :due, :now, :concurrency_key
+FROM json_each(:calls) AS a
+ORDER BY a.key;
+
 -- name: job_reserve_ids
 -- PostgreSQL reserves the ids of a COPY batch with this name; SQLite has no COPY, and
 -- its plain batches learn their contiguous ids from last_insert_rowid() (sqlite/batch.py).

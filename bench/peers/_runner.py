@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import metadata
 from typing import Any
 
@@ -154,6 +154,29 @@ def wait_for_sync(predicate: Callable[[], bool], timeout: float, step: float = 0
             return False
         time.sleep(step)
     return True
+
+
+async def spaced_sends(n: int, spacing: float,
+                       send: Callable[[int], Awaitable[object]]) -> dict[int, float]:
+    """The latency workload's sends: ``send(i)`` for i in 0..n-1, one at a time,
+    ``spacing`` seconds apart; when each began (``time.time()``, the clock the
+    handlers' start times are taken on)."""
+    sent: dict[int, float] = {}
+    for i in range(n):
+        sent[i] = time.time()
+        await send(i)
+        await asyncio.sleep(spacing)
+    return sent
+
+
+def spaced_sends_sync(n: int, spacing: float, send: Callable[[int], object]) -> dict[int, float]:
+    """``spaced_sends`` for a blocking client."""
+    sent: dict[int, float] = {}
+    for i in range(n):
+        sent[i] = time.time()
+        send(i)
+        time.sleep(spacing)
+    return sent
 
 
 def rate(jobs: int, seconds: float) -> dict[str, Any]:

@@ -125,11 +125,7 @@ async def latency(config: dict[str, Any]) -> dict[str, Any]:
     await app.push(_job(-1))  # the worker (and its process pool) is up once this one ran
     if not await _runner.wait_for(lambda: tally.count() >= 1, 60, 0.02):
         raise RuntimeError("the worker did not run the warm-up job within 60 s")
-    sent: dict[int, float] = {}
-    for i in range(n):
-        sent[i] = time.time()
-        await app.push(_job(i))
-        await asyncio.sleep(spacing)
+    sent = await _runner.spaced_sends(n, spacing, lambda i: app.push(_job(i)))
     await _runner.wait_for(lambda: tally.count() >= n + 1, 60, 0.02)
     await worker.stop()
     await app.__aexit__(None, None, None)

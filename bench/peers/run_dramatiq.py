@@ -78,11 +78,7 @@ def latency(config: dict[str, Any]) -> dict[str, Any]:
     if not _runner.wait_for_sync(lambda: -1 in TALLY.calls, 30):
         raise RuntimeError("the worker did not run the warm-up job within 30 s")
     del TALLY.calls[-1]
-    sent: dict[int, float] = {}
-    for i in range(n):
-        sent[i] = time.time()
-        actor.send(i)
-        time.sleep(spacing)
+    sent = _runner.spaced_sends_sync(n, spacing, actor.send)
     _runner.wait_for_sync(lambda: len(TALLY.calls) >= n, 30)
     worker.stop()
     return _runner.latency_result(sent, TALLY)

@@ -81,11 +81,7 @@ def latency(config: dict[str, Any]) -> dict[str, Any]:
     if not _runner.wait_for_sync(lambda: -1 in TALLY.calls, 30):
         raise RuntimeError("the consumer did not run the warm-up job within 30 s")
     del TALLY.calls[-1]
-    sent: dict[int, float] = {}
-    for i in range(n):
-        sent[i] = time.time()
-        task(i)
-        time.sleep(spacing)
+    sent = _runner.spaced_sends_sync(n, spacing, task)
     _runner.wait_for_sync(lambda: len(TALLY.calls) >= n, 30)
     consumer.stop(graceful=True)
     return _runner.latency_result(sent, TALLY)

@@ -99,11 +99,7 @@ async def latency(config: dict[str, Any]) -> dict[str, Any]:
         if not await _runner.wait_for(lambda: -1 in tally.calls, 30):
             raise RuntimeError("the worker did not run the warm-up job within 30 s")
         del tally.calls[-1]
-        sent: dict[int, float] = {}
-        for i in range(n):
-            sent[i] = time.time()
-            await noop.defer_async(i=i)
-            await asyncio.sleep(spacing)
+        sent = await _runner.spaced_sends(n, spacing, lambda i: noop.defer_async(i=i))
         await _runner.wait_for(lambda: len(tally.calls) >= n, 30)
         worker.cancel()  # procrastinate's documented way to stop a worker task
         with contextlib.suppress(asyncio.CancelledError):

@@ -95,11 +95,7 @@ def latency(config: dict[str, Any]) -> dict[str, Any]:
         queue.enqueue(FUNC, -1)  # the worker is up once this one ran
         if not _runner.wait_for_sync(lambda: tally.count() >= 1, 30):
             raise RuntimeError("the worker did not run the warm-up job within 30 s")
-        sent: dict[int, float] = {}
-        for i in range(n):
-            sent[i] = time.time()
-            queue.enqueue(FUNC, i)
-            time.sleep(spacing)
+        sent = _runner.spaced_sends_sync(n, spacing, lambda i: queue.enqueue(FUNC, i))
         _runner.wait_for_sync(lambda: tally.count() >= n + 1, 60, 0.02)
     finally:
         if worker.pid:

@@ -82,11 +82,7 @@ async def latency(config: dict[str, Any]) -> dict[str, Any]:
     if not await _runner.wait_for(lambda: -1 in TALLY.calls, 30):
         raise RuntimeError("the worker did not run the warm-up job within 30 s")
     del TALLY.calls[-1]
-    sent: dict[int, float] = {}
-    for i in range(n):
-        sent[i] = time.time()
-        await queue.enqueue("noop", i=i)
-        await asyncio.sleep(spacing)
+    sent = await _runner.spaced_sends(n, spacing, lambda i: queue.enqueue("noop", i=i))
     await _runner.wait_for(lambda: len(TALLY.calls) >= n, 30)
     await _stop(worker, task)
     await queue.disconnect()

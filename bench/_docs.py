@@ -25,7 +25,8 @@ from ._report_workers import workers_table
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 #: The documents whose measured figures are rendered here.
-DOCS = ("README.md", "docs/scaling.md", "docs/workflows.md", "docs/arguments.md")
+DOCS = ("README.md", "docs/scaling.md", "docs/workflows.md", "docs/arguments.md",
+        "docs/flow-control.md")
 BLOCK = re.compile(r"(?P<head><!-- figures: (?P<id>[\w-]+)[^\n]*-->)\n(?P<body>.*?)\n?"
                    r"(?P<tail><!-- end of figures: (?P=id) -->)", re.DOTALL)
 
@@ -36,13 +37,14 @@ def _json(name: str, results: Path) -> dict[str, Any]:
     return dict(json.loads((results / name).read_text(encoding="utf-8")))
 
 
-def _stamp(*machines: dict[str, Any]) -> str:
+def _stamp(*machines: dict[str, Any],
+           measured: tuple[str, ...] = _evidence.BENCH_MEASURED) -> str:
     """"measured on `abc1234`: current" (or **stale**: why) for the machines' git stamps."""
     commits, reasons = [], []
     for machine in machines:
         commit, clean = evidence_of({"environment": {"machine": machine}})
         commits.append(_evidence.short(commit))
-        reason = _evidence.staleness(commit, clean, _evidence.BENCH_MEASURED)
+        reason = _evidence.staleness(commit, clean, measured)
         if reason:
             reasons.append(reason)
     status = _evidence.status_cell("; ".join(sorted(set(reasons))) if reasons else None)
@@ -246,6 +248,28 @@ def workflows_completion_cost(results: Path) -> str:
             + "; ".join(parts) + ".")
 
 
+def flow_chunks(results: Path) -> str:
+    doc = _json("chunks.json", results)
+    machine = doc["machine"]
+    lines = ["| backend | handler | one by one | in chunks | chunks / one by one |",
+             "|---|---|---:|---:|---:|"]
+    what = {"noop": "does nothing", "call_2ms": "makes one 2 ms call"}
+    for backend, name in (("postgres", "PostgreSQL"), ("sqlite", "SQLite")):
+        for workload, r in doc["backends"].get(backend, {}).items():
+            m = r["median_jobs_per_s"]
+            lines.append(f"| {name} | {what.get(workload, workload)} | {_n(m['plain'])} jobs/s "
+                         f"| {_n(m['chunked'])} jobs/s | {r['chunked_over_plain']:.2f}x |")
+    chunk = doc["chunk"]
+    return ("\n".join(lines) + "\n\n"
+            f"{doc['jobs']:,} small jobs enqueued first, then run by one in-process worker "
+            f"at concurrency {doc['concurrency']}, one by one or in chunks "
+            f"(`Chunk(size={chunk['size']}, wait={chunk['wait']:g})`); medians of "
+            f"{doc['rounds']} rounds (`python -m bench.chunks`, `bench/results/chunks.json`, "
+            f"{_stamp(machine, measured=_evidence.CHUNKS_MEASURED)}). A {machine['cores']}-core machine shared with other work "
+            f"(load average {machine['loadavg_1m']:g} at the start, "
+            f"{doc['loadavg_1m_at_end']:g} at the end): the ranges are wide.")
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "readme-machine": readme_machine,
     "readme-end-to-end": readme_end_to_end,
@@ -259,6 +283,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "scaling-workers": scaling_workers,
     "scaling-model": scaling_model,
     "workflows-completion-cost": workflows_completion_cost,
+    "flow-chunks": flow_chunks,
 }
 
 

@@ -32,6 +32,7 @@ BENCH_TOOLS: dict[str, tuple[str, ...]] = {
     "bench/results/probes.json": ("bench/probes.py", "bench/floor.py"),
     "bench/results/capacity.json": ("bench/capacity.py",),
     "bench/results/read_replica.json": ("bench/read_replica.py",),
+    "bench/results/chunks.json": ("bench/chunks.py",),
 }
 #: ... and those whose output is printed or derived (model, profiles, retention), and the
 #: A/B and quick runners (`python -m bench` imports none of them either).
@@ -54,6 +55,11 @@ PEERS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", "bench/peers")
 #: (every top-level bench module), the peers' bench for its pgqueuer figures, the library.
 QUICK_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)bench/*.py", "bench/peers",
                                    "tests/_pg.py", ":(exclude)bench/_docs.py")
+
+#: What determines `python -m bench.chunks`' figures (bench/results/chunks.json): the
+#: library, the tool and the bench modules it imports.
+CHUNKS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", "bench/chunks.py", "bench/_env.py",
+                                    "bench/_targets.py", "bench/__main__.py", "tests/_pg.py")
 
 #: What determines the chaos results: the library, the scenarios and their harness, the
 #: apps and fixtures they run, the property-based model test.

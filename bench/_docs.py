@@ -265,7 +265,8 @@ def flow_chunks(results: Path) -> str:
             f"at concurrency {doc['concurrency']}, one by one or in chunks "
             f"(`Chunk(size={chunk['size']}, wait={chunk['wait']:g})`); medians of "
             f"{doc['rounds']} rounds (`python -m bench.chunks`, `bench/results/chunks.json`, "
-            f"{_stamp(machine, measured=_evidence.CHUNKS_MEASURED)}). A {machine['cores']}-core machine shared with other work "
+            f"{_stamp(machine, measured=_evidence.CHUNKS_MEASURED)}). "
+            f"A {machine['cores']}-core machine shared with other work "
             f"(load average {machine['loadavg_1m']:g} at the start, "
             f"{doc['loadavg_1m_at_end']:g} at the end): the ranges are wide.")
 

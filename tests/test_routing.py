@@ -318,3 +318,17 @@ def test_every_insert_path_keeps_the_requirement(app: Conveyor) -> None:
     assert app.get_job(batch.jobs[1].id).requires is None  # type: ignore[union-attr]
     # a batch with one requiring job took the general insert: the plain ones there too
     assert [app.get_job(j.id).requires for j in many[3:]] == [None]  # type: ignore[union-attr]
+
+
+def test_current_job_outside_a_worker_names_this_process(app: Conveyor) -> None:
+    seen: dict[str, Any] = {}
+
+    @app.task
+    def who() -> None:
+        ctx = current_job()
+        seen.update(node=ctx.node_id, host=ctx.hostname, pid=ctx.pid, labels=dict(ctx.labels))
+
+    with app.inline():
+        who.enqueue()
+    assert seen == {"node": None, "host": socket.gethostname(), "pid": os.getpid(),
+                    "labels": {}}

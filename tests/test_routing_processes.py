@@ -19,6 +19,7 @@ from conveyor import Conveyor, JobState
 
 from .apps import routing_app
 from .conftest import WaitFor
+from .test_cli import invoke
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "tests.apps.routing_app:app"
@@ -122,3 +123,21 @@ def test_an_unknown_task_in_tasks_is_a_usage_error_listing_the_known_ones(
     out = workers.output()
     assert "unknown task(s) 'nope'" in out
     assert "mail.send, report, resize, train" in out
+
+
+@pytest.mark.parametrize(("tasks", "message"), [
+    ("nope", "unknown task(s) 'nope'"),
+    ("train,,mail.send,nope2", "unknown task(s) 'nope2'"),
+    (",", "names no task"),
+])
+def test_bad_tasks_flags_exit_2_with_a_clear_message(db_url: str, tasks: str,
+                                                     message: str) -> None:
+    result = invoke("worker", APP, "--burst", "--tasks", tasks, "--url", db_url)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "--tasks" in result.output
+
+
+def test_worker_help_documents_tasks() -> None:
+    text = " ".join(invoke("worker", "--help").stdout.split())
+    assert "--tasks TASK,..." in text and "the others stay for other workers" in text

@@ -5,11 +5,13 @@ explain_job says why. Every wait is a condition with a deadline."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,6 +108,18 @@ def test_two_workers_claim_only_what_their_labels_and_tasks_allow(
     nodes = {n.pid: n for n in routed.list_nodes()}
     assert nodes[gpu.pid].serves == ["train"] and nodes[cpu.pid].serves == ["mail.send", "resize"]
     assert {ran[j.id]["node"] for j in trains} == {nodes[gpu.pid].id}
+    status = json.loads(invoke("status", "--json", "--app", APP, "--url", routed.url).stdout)
+    served = {w["hostname"] + str(w["labels"]): w["tasks"] for w in status["workers"]}
+    assert sorted(map(str, served.values())) == ["['mail.send', 'resize']", "['train']"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+        from conveyor.web import create_app
+
+        with TestClient(create_app(routed), base_url="http://localhost") as client:
+            page = client.get("/workers").text
+    assert "(tasks train)" in page and "(tasks mail.send, resize)" in page
 
     # what no live worker can run stays where it is, and says why
     for job, why in ((h100, "needs gpu=h100; no live worker has it"),

@@ -363,3 +363,17 @@ def test_queues_list_pause_and_resume(api: Any, world: Any) -> None:
     refused(post(api, "/queues/bad%20name/pause"), 400, "bad_parameter", "name")
     refused(post(api, "/queues/mail/drain"), 404, "not_found")
     refused(api.get(API + "/queues/mail/pause", headers=auth()), 405, "method_not_allowed")
+
+
+@pytest.mark.parametrize(("raw", "status", "field"), [
+    (b'{"task": "resize", "args": [NaN]}', 422, "args"),  # not storable JSON
+    (b'{"task": "resize", "args": ["\\ud800"]}', 422, "args"),  # a lone surrogate
+    (b'{"task": "resize", "args": ' + b"[" * 5000 + b"]" * 5000 + b"}", 400, None),
+    (b'{"task": "resize", "args": [1' + b"0" * 5000 + b"]}", 400, None),
+])
+def test_json_that_cannot_be_stored_is_refused_cleanly(api: Any, world: Any, raw: bytes,
+                                                       status: int, field: str | None) -> None:
+    response = api.post(API + "/jobs", content=raw, headers={
+        **auth(), "content-type": "application/json"})
+    refused(response, status, "invalid" if status == 422 else "bad_json", field)
+    assert count(world[0]) == 0

@@ -43,6 +43,8 @@ def test_the_document_is_valid_openapi_3_1(api: Any) -> None:
     assert doc["openapi"].startswith("3.1")
     openapi_spec_validator.validate(doc)
     assert doc["servers"] == [{"url": "/api/v1"}]
+    ids = [op["operationId"] for ops in doc["paths"].values() for op in ops.values()]
+    assert len(ids) == len(set(ids)) and "post_jobs" in ids
 
 
 def test_every_route_served_is_documented_and_every_operation_served(tmp_path: Any) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -145,10 +146,8 @@ def _operation(ep: Endpoint) -> dict[str, Any]:
     for code in sorted({*ep.errors, *COMMON, *((403,) if ep.write else ())}):
         responses[str(code)] = {"description": ERRORS[code], "content": {
             "application/json": {"schema": _ref("Error")}}}
-    op: dict[str, Any] = {"summary": ep.summary,
-                          "operationId": ep.handler.__name__.strip("_") + "_" +
-                          ep.path.strip("/").replace("/", "_").replace("{", "").replace("}", "")
-                          .replace(".", "_") + "_" + ep.method.lower(),
+    slug = re.sub(r"[^a-z0-9]+", "_", ep.path.lower()).strip("_")  # post_jobs_job_id_cancel
+    op: dict[str, Any] = {"summary": ep.summary, "operationId": f"{ep.method.lower()}_{slug}",
                           "parameters": [parameter_doc(p) for p in ep.params],
                           "responses": responses}
     if ep.body is not None:

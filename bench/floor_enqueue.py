@@ -39,31 +39,33 @@ def _statement(count: int) -> tuple[str, list[dict[str, Any]]]:
     return sql, [{**base, "args": f"[{i}]"} for i in range(count)]
 
 
-async def _async_run(url: str, sql: str, params: list[dict[str, Any]], warm: int) -> float:
+async def _async_run(url: str, sql: str, params: list[dict[str, Any]], warm: int
+                     ) -> tuple[float, float]:
     conn = await psycopg.AsyncConnection.connect(url, autocommit=True, prepare_threshold=0)
     try:
         cur = conn.cursor()
         for p in params[:warm]:
             await cur.execute(sql, p)
             await cur.fetchone()
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         for p in params[warm:]:
             await cur.execute(sql, p)
             await cur.fetchone()
-        return time.perf_counter() - began
+        return time.perf_counter() - began, time.process_time() - cpu
     finally:
         await conn.close()
 
 
-def _sync_run(url: str, sql: str, params: list[dict[str, Any]], warm: int) -> float:
+def _sync_run(url: str, sql: str, params: list[dict[str, Any]], warm: int
+              ) -> tuple[float, float]:
     with psycopg.connect(url, autocommit=True, prepare_threshold=0) as conn:
         cur = conn.cursor()
         for p in params[:warm]:
             cur.execute(sql, p).fetchone()
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         for p in params[warm:]:
             cur.execute(sql, p).fetchone()
-        return time.perf_counter() - began
+        return time.perf_counter() - began, time.process_time() - cpu
 
 
 def _stored(target: Target) -> int:
@@ -73,16 +75,18 @@ def _stored(target: Target) -> int:
 
 def single_insert(target: Target, count: int = 2000, warm: int = 20) -> dict[str, Any]:
     """Serial one-job inserts, ``count`` timed (after ``warm`` untimed ones) on each
-    kind of connection: jobs/s and whether every row was stored, on an emptied
-    database each time."""
+    kind of connection: jobs/s, the client's CPU per job (what Conveyor's own part is
+    measured against when a loaded machine makes rates noise) and whether every row was
+    stored, on an emptied database each time."""
     sql, params = _statement(count + warm)
     out: dict[str, Any] = {"jobs": count, "statement": "job_insert_one"}
     for name in ("async", "sync"):
         target.reset()
-        seconds = (asyncio.run(_async_run(target.url, sql, params, warm)) if name == "async"
-                   else _sync_run(target.url, sql, params, warm))
+        seconds, cpu = (asyncio.run(_async_run(target.url, sql, params, warm))
+                        if name == "async" else _sync_run(target.url, sql, params, warm))
         stored = _stored(target)
         out[name] = {"jobs_per_s": round(count / seconds), "seconds": round(seconds, 4),
+                     "client_cpu_us_per_job": round(cpu * 1e6 / count, 1),
                      "stored": stored, "exactly_once": stored == count + warm}
     target.reset()
     return out

@@ -103,6 +103,8 @@ def postgres_floors(target: Target, repeat: int) -> dict[str, Any]:
     return {
         "single_async_jobs_per_s": statistics.median(r["async"]["jobs_per_s"] for r in single),
         "single_sync_jobs_per_s": statistics.median(r["sync"]["jobs_per_s"] for r in single),
+        "single_async_cpu_us_per_job": statistics.median(
+            r["async"]["client_cpu_us_per_job"] for r in single),
         "claim_ack_jobs_per_s": statistics.median(
             r["overlapped_b1000"]["jobs_per_s"] for r in claim),
         "copy_jobs_per_s": statistics.median(r["jobs_per_s"] for r in copy),
@@ -171,6 +173,9 @@ def floors_table(docs: dict[tuple[str, str], dict[str, Any]],
          lambda f, m: f"{f['single_async_jobs_per_s']:,.0f} / {f['single_sync_jobs_per_s']:,.0f}"),
         ("single `enqueue_async`, one call at a time / async floor",
          lambda f, m: f"{m['w2_single_async_p1']['jobs_per_s'] / f['single_async_jobs_per_s']:.2f}"),
+        ("client CPU per single enqueue: `enqueue_async` / async floor (µs)",
+         lambda f, m: f"{m['w2_single_async_p1']['cpu_us_per_job']:.0f} / "
+                      f"{f['single_async_cpu_us_per_job']:.0f}"),
         (f"async single-enqueue floor / pgqueuer's single enqueue (target >= {SINGLE_TARGET:g}x "
          "pgqueuer's)", lambda f, m: _single_verdict(f["single_async_jobs_per_s"], peer_single)),
     ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from bench import ab
@@ -133,16 +134,19 @@ def test_bench_quick_names_its_own_sizes_in_the_readme_table() -> None:
     assert "of 100,000 pre" not in table and "1,000,000-row" not in table
     assert "5 min" not in table and "10-s window" not in table
     floors = quick.floors_table({}, {})
-    assert floors.count("| - | - |") == 8
+    assert floors.count("| - | - |") == 9
     # the single-enqueue floor held against pgqueuer's: below issue 29's 1.5x, the
     # table says the target is given up on that evidence; above it, work left
-    docs = {("w3_burndown_c100", "postgres"): {"median": {"jobs_per_s": 9000}},
-            ("w2_single_async_p1", "postgres"): {"median": {"jobs_per_s": 1000}}}
+    docs: dict[tuple[str, str], dict[str, Any]] = {
+            ("w3_burndown_c100", "postgres"): {"median": {"jobs_per_s": 9000}},
+            ("w2_single_async_p1", "postgres"): {"median": {"jobs_per_s": 1000,
+                                                             "cpu_us_per_job": 150.0}}}
     measured = {"postgres": {"claim_ack_jobs_per_s": 1, "copy_jobs_per_s": 1,
                              "latency_p50_ms": 1, "latency_p99_ms": 1,
-                             "single_async_jobs_per_s": 2000, "single_sync_jobs_per_s": 2200}}
+                             "single_async_jobs_per_s": 2000, "single_sync_jobs_per_s": 2200,
+                             "single_async_cpu_us_per_job": 100.0}}
     below = quick.floors_table(docs, measured, 1500.0)
-    assert "| 2,000 / 2,200 |" in below and "| 0.50 |" in below
+    assert "| 2,000 / 2,200 |" in below and "| 0.50 |" in below and "| 150 / 100 |" in below
     assert "1.33x: the floor itself is below the target" in below
     assert "2.00x: the floor is above the target: work left" in quick.floors_table(
         docs, measured, 1000.0)

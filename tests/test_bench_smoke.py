@@ -203,7 +203,7 @@ def test_single_enqueue_floor_on_postgres(postgres_db_url: str, tmp_path: Path) 
         target.close()
     for kind in ("async", "sync"):
         assert result[kind]["stored"] == 35 and result[kind]["exactly_once"], result
-        assert result[kind]["jobs_per_s"] > 0, result
+        assert result[kind]["jobs_per_s"] > 0 and result[kind]["client_cpu_us_per_job"] > 0, result
     assert left == 0
 
 

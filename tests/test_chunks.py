@@ -269,3 +269,66 @@ def test_explain_job_mentions_the_chunk(app: Conveyor) -> None:
     assert any("runs in chunks of up to 30 jobs, gathered for up to 2s" in n for n in notes)
     assert not any("chunk" in n for n in app.explain_job(single.enqueue().id).notes)
     app.close()
+
+
+def test_shutdown_mid_chunk_gives_the_jobs_back_and_a_timeout_fails_them(
+        app: Conveyor) -> None:
+    """A chunk still running at the shutdown timeout: each job goes back to the queue
+    without using an attempt. A chunk past its task's timeout: each job fails with it."""
+    started = asyncio.Event()
+
+    @app.task(chunk=Chunk(size=3, wait=0.1))
+    async def stuck(jobs: list[ChunkJob]) -> list[None]:
+        started.set()
+        await asyncio.Event().wait()
+        return [None] * len(jobs)
+
+    @app.task(chunk=Chunk(size=3, wait=0.1), timeout=0.3, max_attempts=1)
+    def slow(jobs: list[ChunkJob]) -> list[None]:
+        time.sleep(1.0)
+        return [None] * len(jobs)
+
+    async def main() -> None:
+        jobs = await app.enqueue_many_async([stuck.job(i) for i in range(3)])
+
+        async def is_started() -> bool:
+            return started.is_set()
+
+        config = dataclasses.replace(FAST, shutdown_timeout=0.3)
+        await run_worker_until(app, is_started, config=config)
+        for job in jobs:
+            got = await app.get_job_async(job.id)
+            assert got is not None and got.state is JobState.AVAILABLE and got.attempt == 0
+        for job in jobs:
+            await app.cancel_job_async(job.id)
+        await app.enqueue_many_async([slow.job(i) for i in range(3)])
+        await run_worker_until(app, all_final(app))
+        timed_out = await _jobs(app, "slow")
+        assert [j.state for j in timed_out] == [JobState.DISCARDED] * 3
+        assert all("timeout of 0.3s" in j.errors[-1]["error"] for j in timed_out)
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_the_dashboard_shows_the_chunk_on_the_job_page(app: Conveyor) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+
+    from conveyor.web import create_app
+
+    @app.task(chunk=Chunk(size=25, wait=0.5))
+    def many(jobs: list[ChunkJob]) -> list[None]:
+        return [None] * len(jobs)
+
+    @app.task
+    def one() -> None: ...
+
+    job, plain = many.enqueue("x"), one.enqueue()
+    with TestClient(create_app(app), base_url="http://localhost") as client:
+        page = client.get(f"/jobs/{job.id}").text
+        assert 'id="job-chunk"' in page and "up to 25 jobs per handler call" in page
+        assert 'id="job-chunk"' not in client.get(f"/jobs/{plain.id}").text

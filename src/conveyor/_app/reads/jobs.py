@@ -131,6 +131,8 @@ class JobDetail:
     why: list[str] = dataclasses.field(default_factory=list)
     #: The batch whose callback this job is (its own batch, if any, is ``job.batch_id``).
     callback_of: int | None = None
+    #: How its task runs in chunks ("up to 100 jobs per handler call, ..."), else None.
+    chunk: str | None = None
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -213,7 +215,18 @@ async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetai
         sealed=sealed_key(job.args, job.kwargs),
         can_delete=job.state is not JobState.RUNNING,
         why=await _why_waiting(ops, job), callback_of=await ops.callback_batch(job.id),
+        chunk=_chunk(ops, job),
     )
+
+
+def _chunk(ops: Operations, job: Job) -> str | None:
+    """A chunk task's job runs with others of its task in one handler call."""
+    task = ops.app.tasks.get(job.task)
+    chunk = task.defaults.chunk if task is not None else None
+    if chunk is None:
+        return None
+    return (f"up to {chunk.size} jobs per handler call, gathered for up to {chunk.wait:g}s "
+            "after the first is claimed")
 
 
 async def _why_waiting(ops: Operations, job: Job) -> list[str]:

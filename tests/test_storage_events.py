@@ -14,7 +14,9 @@ here, and a new member fails ``test_every_protocol_member_is_classified`` until 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -25,6 +27,7 @@ from conveyor._storage import (
     JobAckManyParams,
     JobBulkParams,
     JobClaimOneParams,
+    JobExpireParams,
     JobFetchAvailableParams,
     JobFilter,
     JobInsert,
@@ -182,6 +185,16 @@ async def _discard_matching(s: Any, raw: Storage) -> set[int]:
     return {c.id for c in changed}
 
 
+async def _expire(s: Any, raw: Storage) -> set[int]:
+    past = datetime.now(UTC) - timedelta(minutes=1)
+    jobs = await raw.job_insert_many([dataclasses.replace(ins(), expires_at=past),
+                                      dataclasses.replace(ins(delay=60.0), expires_at=past),
+                                      ins()])
+    changed = await s.job_expire(JobExpireParams())
+    assert {c.id for c in changed} == {j.id for j in jobs[:2]}
+    return {c.id for c in changed}
+
+
 async def _delete(s: Any, raw: Storage) -> set[int]:
     (job,) = await raw.job_insert_many([ins()])
     return {(await s.job_delete(job.id)).id}
@@ -218,6 +231,7 @@ EMITTING: dict[str, Scenario] = {
     "job_cancel": _cancel,
     "job_retry_matching": _retry_matching,
     "job_discard_matching": _discard_matching,
+    "job_expire": _expire,
     "job_delete": _delete,
     "job_purge_batch": _purge_batch,
     "job_delete_by_queue": _delete_by_queue,

@@ -180,6 +180,9 @@ class WorkerConfig:
     #: How often queue settings (pause, concurrency, rate) are read from the database.
     settings_interval: float = _field(1.0, "seconds between reads of live queue settings (pause, limits)")
     prune_interval: float = _field(60.0, "seconds between passes of the pruner (on the leader)")
+    #: Waiting jobs past their expires_at end cancelled (a claimed one at admission).
+    expire_interval: float = _field(
+        1.0, "seconds between passes of the expirer, which cancels expired jobs (on the leader)")
     #: Completed and cancelled jobs are deleted after this many seconds.
     completed_retention: float = _field(86_400.0, "seconds completed and cancelled jobs are kept")
     #: Discarded jobs are kept longer, for inspection and manual retry.

@@ -61,7 +61,9 @@ def _settled(job: Job, now: datetime) -> list[str] | None:
     """Reasons for a job that is not waiting to start at all (final or running)."""
     if job.state.is_final:
         why = {JobState.COMPLETED: "it completed",
-               JobState.CANCELLED: "it was cancelled",
+               JobState.CANCELLED: "it expired (not started before its expires_at "
+                                   f"{_in(now, job.expires_at)}) and was cancelled, never run"
+               if expired(job) else "it was cancelled",
                JobState.DISCARDED: f"it was discarded: {_last_error(job)}"}[job.state]
         return [f"{why} at {_in(now, job.finished_at)}; it runs again only if retried "
                 f"(conveyor jobs retry {job.id})"]
@@ -72,6 +74,23 @@ def _settled(job: Job, now: datetime) -> list[str] | None:
             out.append("a cancel was requested: its worker stops it within one heartbeat")
         return out
     return None
+
+
+def expired(job: Job) -> bool:
+    """Whether a cancelled job ended because it expired (its last error says so)."""
+    last = job.errors[-1] if job.state is JobState.CANCELLED and job.errors else None
+    return isinstance(last, dict) and last.get("reason") == "expired"
+
+
+def _expiry(job: Job, now: datetime) -> tuple[list[str], list[str]]:
+    """(reasons, notes) of a waiting job with an expiry: past it, it will never run."""
+    if job.expires_at is None:
+        return [], []
+    if job.expires_at <= now:
+        return [f"it expired at {_in(now, job.expires_at)} without starting: it never runs "
+                "and ends cancelled (reason \"expired\") at the expirer's next pass"], []
+    return [], [f"it expires at {_in(now, job.expires_at)}: if it has not started by then "
+                "it never runs (cancelled, reason \"expired\")"]
 
 
 async def _node_notes(storage: Storage, node_id: str | None) -> list[str]:
@@ -205,7 +224,8 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
         if job.state == JobState.RUNNING:
             notes += await _node_notes(storage, job.lease_owner)
         return Explanation(job, settled, notes)
-    reasons: list[str] = []
+    reasons, expiry_notes = _expiry(job, now)
+    notes += expiry_notes
     if job.state == JobState.PENDING:
         reasons.append(await _waiting_on(storage, job))
     elif job.state == JobState.SCHEDULED:

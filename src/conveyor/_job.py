@@ -52,6 +52,10 @@ RETRYABLE_FROM = (JobState.SCHEDULED, JobState.RETRYABLE, JobState.COMPLETED,
 DISCARDABLE_FROM = (JobState.PENDING, *WAITING_STATES)
 #: States that record a failed attempt (the dashboard's failures page).
 FAILED_STATES = (JobState.RETRYABLE, JobState.DISCARDED)
+#: The error message of a job that expired before it started (it ends cancelled, its
+#: error entry's ``reason`` is "expired"): one text, so that the jobs list's error filter
+#: finds every expired job (the dashboard's "expired" link).
+EXPIRED_ERROR = "expired: not started before its expires_at"
 
 
 class JobWaiter(Protocol):
@@ -114,6 +118,9 @@ class Job:
     #: The worker labels the job requires (``@app.task(requires=...)``); only a worker
     #: started with all of them claims it. None: any worker.
     requires: dict[str, str] | None = None
+    #: A job not started by then never runs: it ends ``cancelled`` with the reason
+    #: "expired" (``task.options(expires_in=...)``); None for a job that does not expire.
+    expires_at: datetime | None = None
     #: The app this snapshot was read through, for ``wait``; not part of the record.
     _waiter: JobWaiter | None = dataclasses.field(default=None, compare=False, repr=False)
 

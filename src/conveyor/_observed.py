@@ -25,6 +25,7 @@ from ._storage import (
     JobBulkParams,
     JobChanged,
     JobClaimOneParams,
+    JobExpireParams,
     JobFetchAvailableParams,
     JobInsert,
     JobPurgeBatch,
@@ -253,6 +254,11 @@ class ObservedStorage:
     async def job_discard_matching(self, params: JobBulkParams) -> list[JobChanged]:
         changed = await self.inner.job_discard_matching(params)
         self._emit_changed(changed, JobState.DISCARDED)
+        return changed
+
+    async def job_expire(self, params: JobExpireParams) -> list[JobChanged]:
+        changed = await self.inner.job_expire(params)
+        self._emit_changed(changed, JobState.CANCELLED)
         return changed
 
     # -- operators: deleting rows ----------------------------------------------------------

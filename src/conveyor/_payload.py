@@ -146,6 +146,40 @@ def check_run_at(value: object) -> datetime | None:
     return value
 
 
+def check_expires_in(value: object) -> float | None:
+    """Seconds from the enqueue until the job expires: more than 0, at most
+    ``MAX_DELAY_SECONDS`` (``task.options(expires_in=...)``, ``@app.task(expires_in=...)``)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expires_in must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or not 0 < value <= MAX_DELAY_SECONDS:
+        raise ValueError(
+            f"expires_in must be a finite number of seconds above 0 and at most "
+            f"{MAX_DELAY_SECONDS:.0f} ({MAX_DELAY_TEXT}), got {value!r}")
+    return float(value)
+
+
+def check_expires_at(value: object) -> datetime | None:
+    """A timezone-aware datetime no further than ``MAX_DELAY_SECONDS`` from now; a naive
+    one is refused (whose clock would it be?). One already past expires the job at once."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise TypeError(f"expires_at must be a timezone-aware datetime, got {value!r}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"expires_at must be timezone-aware (naive datetimes are refused: "
+                         f"give tzinfo, e.g. datetime.now(UTC)), got {value.isoformat()}")
+    try:
+        ahead = (value - datetime.now(UTC)).total_seconds()
+    except OverflowError:  # datetime.min or max with an offset
+        ahead = math.inf
+    if ahead > MAX_DELAY_SECONDS or value.year < 1970:
+        raise ValueError(f"expires_at must be within {MAX_DELAY_TEXT} from now (and after "
+                         f"1970), got {value.isoformat()}")
+    return value
+
+
 def check_tags(tags: object) -> list[str]:
     if isinstance(tags, str) or not isinstance(tags, Sequence):
         raise TypeError(f"tags must be a list of strings, got {_short(tags)}")

@@ -68,6 +68,9 @@ class TaskOptions:
     chunk: Chunk | None = None
     #: Worker labels a job of this task requires (docs/flow-control.md); None: any worker.
     requires: Mapping[str, str] | None = None
+    #: Seconds after its enqueue past which a job not started never runs (it ends
+    #: ``cancelled``, reason "expired"); None: jobs do not expire (docs/flow-control.md).
+    expires_in: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -90,6 +93,10 @@ class EnqueueOptions:
     #: Worker labels this job requires instead of the task's (``{}``: none); None: the
     #: task's own.
     requires: Mapping[str, str] | None = None
+    #: The job expires this many seconds after its enqueue, or at this moment (one of
+    #: them; either overrides the task's ``expires_in``).
+    expires_in: float | None = None
+    expires_at: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -147,6 +154,9 @@ class JobSpec:
             unique_states=unique_states,
             concurrency_key=self.concurrency_key(),
             requires_json=requires_json(self.requires()),
+            expires_in=defaults.expires_in if opts.expires_at is None and opts.expires_in is None
+            else opts.expires_in,
+            expires_at=opts.expires_at,
         )
 
     def requires(self) -> Mapping[str, str] | None:
@@ -333,6 +343,8 @@ class Task(_Enqueuer[P], Generic[P, R]):
         depends_on: Sequence[Job | int] = (),
         on_failure: FailurePolicy = "cancel",
         requires: Mapping[str, str] | None = None,
+        expires_in: float | None = None,
+        expires_at: datetime | None = None,
     ) -> TaskWithOptions[P]:
         """Override defaults for one enqueue. Example: ``task.options(delay=30).enqueue()``
 
@@ -342,19 +354,41 @@ class Task(_Enqueuer[P], Generic[P, R]):
         until they are final; ``on_failure`` says what it does if one fails
         (``"cancel"``, ``"run"``, ``"run_with_failure"``; docs/workflows.md).
         ``requires={"gpu": "a100"}``: only a worker started with these labels runs it
-        (instead of the task's own requirement; ``{}``: any worker)."""
+        (instead of the task's own requirement; ``{}``: any worker).
+        ``expires_in=60`` (seconds) or ``expires_at=`` (an aware datetime): a job not
+        started by then never runs, it ends ``cancelled`` with the reason "expired"."""
         if delay is not None and run_at is not None:
             raise ValueError("give delay= or run_at=, not both")
         if queue is not None:  # refused here, not at the enqueue that follows
             _payload.check_queue_name(queue)
         _payload.check_delay(delay)
         _payload.check_run_at(run_at)
+        if expires_in is not None or expires_at is not None:
+            expires_in, expires_at = check_expiry(delay, run_at, expires_in, expires_at)
+        elif self.defaults.expires_in is not None and delay is not None:
+            check_expiry(delay, None, self.defaults.expires_in, None)
         opts = EnqueueOptions(
             queue, priority, delay, run_at, max_attempts, tags, meta, connection, unique_key,
             dependency_ids(depends_on) if depends_on != () else (), check_policy(on_failure),
             None if requires is None else (check_requires(requires) or {}),
+            expires_in, expires_at,
         )
         return TaskWithOptions(self, opts)
+
+
+def check_expiry(delay: float | None, run_at: datetime | None, expires_in: object,
+                 expires_at: object) -> tuple[float | None, datetime | None]:
+    """Checked expiry options; refuses both at once, and an expiry that comes before the
+    job is due (it could never run)."""
+    if expires_in is not None and expires_at is not None:
+        raise ValueError("give expires_in= or expires_at=, not both")
+    seconds, moment = _payload.check_expires_in(expires_in), _payload.check_expires_at(expires_at)
+    if seconds is not None and delay is not None and delay >= seconds:
+        raise ValueError(f"expires_in={seconds:g} is not after delay={delay:g}: the job would "
+                         "expire before it is due")
+    if moment is not None and run_at is not None and run_at >= moment:
+        raise ValueError("expires_at is not after run_at: the job would expire before it is due")
+    return seconds, moment
 
 
 def _any_arguments(*args: Any, **kwargs: Any) -> None:

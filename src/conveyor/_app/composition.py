@@ -143,6 +143,10 @@ class CompositionApp(JobsApp):
         if insert.unique_key is not None:
             raise WorkflowError(f"task {spec.task.name!r} is unique: a unique job cannot have "
                                 "dependencies or be part of a workflow or batch")
+        if insert.expires_in is not None or insert.expires_at is not None:
+            raise WorkflowError(f"a job of task {spec.task.name!r} has an expiry: a job that "
+                                "expires cannot have dependencies or be part of a workflow "
+                                "or batch")
         own = tuple(WorkflowDep(i, False, spec.options.on_failure)
                     for i in spec.options.depends_on)
         return WorkflowNode(insert, deps + own, results_arg)

@@ -75,7 +75,9 @@ class JobsApp(ResultsApp):
 
     def _lazy(self, specs: Sequence[JobSpec], now: float | None) -> LazyInserts:
         plain = all(s.task.defaults.unique is None and s.options.unique_key is None
-                    and s.requires() is None for s in specs)
+                    and s.requires() is None and s.task.defaults.expires_in is None
+                    and s.options.expires_in is None and s.options.expires_at is None
+                    for s in specs)
         queues = frozenset(s.task.defaults.queue if s.options.queue is None else s.options.queue
                            for s in specs)
         return LazyInserts(len(specs), lambda start, stop: self._inserts(specs[start:stop], now),
@@ -291,6 +293,7 @@ class JobsApp(ResultsApp):
         concurrency: int | None = None, concurrency_key: KeyFunc | None = None,
         retry_on: ExceptionSpec = (), discard_on: ExceptionSpec = (),
         encrypt: bool = False, requires: Mapping[str, str] | None = None,
+        expires_in: float | None = None,
     ) -> TaskDecorator: ...
 
     @overload
@@ -302,6 +305,7 @@ class JobsApp(ResultsApp):
         concurrency: int | None = None, concurrency_key: KeyFunc | None = None,
         retry_on: ExceptionSpec = (), discard_on: ExceptionSpec = (),
         encrypt: bool = False, requires: Mapping[str, str] | None = None,
+        expires_in: float | None = None,
     ) -> ChunkTaskDecorator: ...
 
     def task(
@@ -313,6 +317,7 @@ class JobsApp(ResultsApp):
         concurrency_key: KeyFunc | None = None, retry_on: ExceptionSpec = (),
         discard_on: ExceptionSpec = (), encrypt: bool = False, chunk: Chunk | None = None,
         requires: Mapping[str, str] | None = None,
+        expires_in: float | None = None,
     ) -> Any:
         """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``).
 
@@ -328,11 +333,14 @@ class JobsApp(ResultsApp):
         a list of ``ChunkJob`` and returns a list of results (docs/flow-control.md).
         ``requires={"gpu": "a100"}``: only workers started with these labels (``--label
         gpu=a100``) run its jobs (docs/flow-control.md).
+        ``expires_in=60``: a job not started within 60 s of its enqueue never runs (it
+        ends ``cancelled``, reason "expired"; docs/flow-control.md "Expiry").
         """
         retry_types = check_exception_types("retry_on", retry_on)
         discard_types = check_exception_types("discard_on", discard_on)
         backoff_exc = backoff_takes_exception(backoff)
         required = check_requires(requires)
+        expiry = _payload.check_expires_in(expires_in)
 
         def register(func: Callable[..., Any]) -> Task[Any, Any]:
             task_name = _payload.check_task_name(name or func.__name__)
@@ -361,6 +369,7 @@ class JobsApp(ResultsApp):
                 retry_on=retry_types, discard_on=discard_types,
                 backoff_takes_exception=backoff_exc, encrypt=encrypt, chunk=chunk,
                 requires=required,
+                expires_in=expiry,
             )
             task = Task(self, func, options, self.codec)
             self.tasks[task_name] = task

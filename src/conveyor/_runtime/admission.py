@@ -2,7 +2,8 @@
 
 A job over a limit goes back to ``scheduled`` with a short delay and its attempt
 given back, through the same fenced write as any outcome. Concurrency is checked
-first: a refused slot costs nothing, while a rate token once taken is spent.
+first: a refused slot costs nothing, while a rate token once taken is spent. A job
+claimed past its expiry is cancelled instead of run (``expirer.py``), before either.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .._storage import (
     Storage,
 )
 from .._task import Task
+from .expirer import expired_ack, is_expired
 from .producer import Producer
 
 log = logging.getLogger("conveyor.limits")
@@ -43,10 +45,25 @@ class Admission:
                            attempt_delta=-1))
 
     async def admit(self, jobs: list[Job], producer: Producer) -> list[Job]:
+        for job in jobs:
+            if job.expires_at is not None:  # NULL for a job without an expiry
+                jobs = self._unexpired(jobs)
+                break
         if producer.rate_limit is None and not self._limited({job.task for job in jobs}):
             return jobs  # the common claim: per task, not per job, and no round trip
         jobs = await self._slots(jobs)
         return await self._rates(jobs, producer.rate_limit, producer.queue)
+
+    def _unexpired(self, jobs: list[Job]) -> list[Job]:
+        """The jobs still in time; the others end cancelled, their handler never run."""
+        kept = []
+        for job in jobs:
+            if is_expired(job):
+                log.info("job %d expired before it started (%s)", job.id, job.expires_at)
+                self._defer(expired_ack(job))
+            else:
+                kept.append(job)
+        return kept
 
     def _limited(self, names: set[str]) -> bool:
         """Whether a task of these names has a concurrency or rate limit (an unknown

@@ -35,6 +35,7 @@ from .._routing import describe, satisfies
 from .._storage import (
     JobAck,
     JobAckManyParams,
+    JobChanged,
     JobClaimOneParams,
     JobFilter,
     JobSearchParams,
@@ -48,6 +49,7 @@ from .admission import Admission
 from .chunks import ChunkCall
 from .cron import CronScheduler
 from .executor import Execution, Executor
+from .expirer import Expirer, expired_ack, is_expired
 from .producer import Producer
 from .progress import ProgressFlusher
 from .stager import Stager
@@ -184,6 +186,7 @@ class InProcessRunner:
         self._held: list[JobAck] = []
         self.admission = Admission(registry.tasks, self._storage, self._held.append)
         self.stager = Stager(observed.with_source("stager"), 1.0)
+        self.expirer = Expirer(observed.with_source("expirer"), None, 1.0)
         self.cron = CronScheduler(registry, observed.with_source("cron"), None)
         self._producers: dict[str, Producer] = {}
         self._ready: list[Job] = []
@@ -261,6 +264,10 @@ class InProcessRunner:
     async def run(self, job: Job) -> Outcome | None:
         """Run a claimed job and write its outcome; None if the fence refused it. A job
         of a chunk task runs as a chunk of one (inline mode)."""
+        if is_expired(job):  # as admission does on a worker: never run
+            expired = expired_ack(job)
+            done = await self._storage.job_ack_many(JobAckManyParams([expired], self.node_id))
+            return _outcome(job, expired) if done else None
         task = self._registry.tasks.get(job.task)
         if task is not None and task.defaults.chunk is not None:
             outcomes = await self.run_chunk(task, [job])
@@ -332,12 +339,13 @@ class InProcessRunner:
             await self.cron.run_once()
         while max_jobs is None or len(result) < max_jobs:
             await self.load_settings()  # live, as a worker reads them every interval
+            expired = await self.expirer.run_once()  # before staging: they never run
             await self.stager.run_once()
             if include_scheduled:
                 wanted: Sequence[str | None] = queues if queues is not None else [None]
                 for queue in wanted:
                     await self._storage.job_stage_early(queue=queue)
-            ran = 0
+            ran = await self._expired(expired, queues, result)
             for queue in queues if queues is not None else await self._ready_queues():
                 ran += await self._drain_queue(queue, result, max_jobs)
             if not ran:
@@ -355,6 +363,20 @@ class InProcessRunner:
             out += [j for j in found if not satisfies(self._labels, j.requires)
                     or (self._tasks is not None and j.task not in self._tasks)]
         return sorted(out, key=lambda j: j.id)[:MAX_SKIPPED_LISTED]
+
+    async def _expired(self, changed: list[JobChanged], queues: Sequence[str] | None,
+                       result: DrainResult) -> int:
+        """The expirer's cancels of the drained queues, as outcomes (kind "cancelled")."""
+        ran = 0
+        for c in changed:
+            if queues is None or c.queue in queues:
+                job = await self._storage.job_get(c.id)
+                if job is not None:
+                    error = job.errors[-1].get("error") if job.errors else None
+                    result.outcomes.append(Outcome(job, "cancelled", JobState.CANCELLED,
+                                                   None, error))
+                    ran += 1
+        return ran
 
     async def _ready_queues(self) -> list[str]:
         counts = await self._storage.job_count_by_queue()
@@ -430,5 +452,13 @@ class InProcessRunner:
             return
         held = list(self._held)
         self._held.clear()
-        await self._storage.job_ack_many(JobAckManyParams(held, self.node_id))
-        result.held.extend(self._claimed[a.id] for a in held if a.id in self._claimed)
+        applied = set(await self._storage.job_ack_many(JobAckManyParams(held, self.node_id)))
+        for ack in held:
+            job = self._claimed.get(ack.id)
+            if job is None:
+                continue
+            if ack.state is JobState.CANCELLED:  # expired: cancelled, never run
+                if ack.id in applied:
+                    result.outcomes.append(_outcome(job, ack))
+            else:
+                result.held.append(job)

@@ -34,6 +34,7 @@ from .chunks import ChunkCall, Chunker, chunk_tasks
 from .cooldown import Cooldowns
 from .cron import CronScheduler
 from .executor import Execution, Executor
+from .expirer import Expirer
 from .heartbeat import Heartbeat
 from .leader import LeaderElector
 from .metrics import Metrics
@@ -140,6 +141,8 @@ class Worker:
         self.stager = Stager(observed.with_source("stager"), config.stage_interval)
         self.pruner = Pruner(storage, self.leader, config.prune_interval,
                              config.completed_retention, config.discarded_retention)
+        self.expirer = Expirer(observed.with_source("expirer"), self.leader,
+                               config.expire_interval)
         self.archiver = Archiver(storage, self.leader, config.archive_interval,
                                  config.archive_after)
         self.vacuumer = Vacuumer(storage, self.leader, VacuumConfig(
@@ -147,8 +150,8 @@ class Worker:
         self.metrics = Metrics(storage, self.leader, config.metrics_interval,
                                config.metrics_retention, self.acker.drain)
         return [self.heartbeat, self.progress, self.settings, self.cooldowns, self.leader,
-                self.cron, self.rescuer, self.stager, self.archiver, self.pruner, self.vacuumer,
-                self.metrics]
+                self.cron, self.rescuer, self.stager, self.expirer, self.archiver, self.pruner,
+                self.vacuumer, self.metrics]
 
     # -- executions ----------------------------------------------------------------------
 

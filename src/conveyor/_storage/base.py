@@ -30,6 +30,7 @@ from .job_types import (
     JobBulkParams,
     JobChanged,
     JobCountCappedParams,
+    JobExpireParams,
     JobFailureGroupsParams,
     JobFilter,
     JobListParams,
@@ -321,6 +322,14 @@ class BaseStorage(ToolkitStorage):
     async def job_discard_matching(self, params: JobBulkParams) -> list[JobChanged]:
         changed = await self._change_matching(params, DISCARDABLE_FROM, "job_discard_ids",
                                               {"error": params.error_json})
+        if changed:
+            self._finished()
+        return changed
+
+    async def job_expire(self, params: JobExpireParams) -> list[JobChanged]:
+        picked, done = await self._move("job_expire_pick", ("job_expire_ids",),
+                                        {"limit": params.limit, "error": params.error_json})
+        changed = changed_jobs(picked, {r["id"] for r in done})
         if changed:
             self._finished()
         return changed

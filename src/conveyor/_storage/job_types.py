@@ -35,6 +35,10 @@ class JobInsert:
     #: job without requirements. A batch with one takes the general insert, never the
     #: plain ones (``is_plain``).
     requires_json: str | None = None
+    #: The job never starts after this (database clock): seconds from the insert, or a
+    #: moment; None for a job that does not expire (``task.options(expires_in=...)``).
+    expires_in: float | None = None
+    expires_at: datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -118,6 +122,16 @@ class JobRescueExpiredParams:
     #: node's own ttl (``NodeUpsertParams.ttl``).
     node_ttl: float | None = None
     error_json: str = '{"error": "lease expired: the worker stopped heartbeating"}'
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobExpireParams:
+    """The expirer's pass: up to ``limit`` waiting jobs past their ``expires_at`` end
+    cancelled, ``error_json`` (reason "expired") added to their errors."""
+
+    limit: int = 1000
+    error_json: str = ('{"error": "expired: not started before its expires_at", '
+                       '"reason": "expired"}')
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ class LazyInserts(Sequence[JobInsert]):
                  queues: frozenset[str]) -> None:
         self._count, self._convert = count, convert
         self._made: list[JobInsert] = []
-        #: No job has a unique key or requires labels (the plain paths take the batch).
+        #: No job has a unique key, requires labels or has an expiry (the plain paths
+        #: take the batch).
         self.plain = plain
         #: The queues the jobs name (validated with their job, when it is made).
         self.queues = queues
@@ -62,11 +63,13 @@ class LazyInserts(Sequence[JobInsert]):
 
 
 def is_plain(jobs: Sequence[JobInsert]) -> bool:
-    """Not empty, no unique key to check and no labels required (the plain statements
-    and COPY write neither); read from ``LazyInserts`` without making its jobs."""
+    """Not empty, no unique key to check, no labels required and no expiry (the plain
+    statements and COPY write none of them); read from ``LazyInserts`` without making
+    its jobs."""
     if isinstance(jobs, LazyInserts):
         return jobs.plain and len(jobs) > 0
-    return bool(jobs) and all(j.unique_key is None is j.requires_json for j in jobs)
+    return bool(jobs) and all(j.unique_key is None is j.requires_json and j.expires_in is None
+                              and j.expires_at is None for j in jobs)
 
 
 def queues_of(jobs: Sequence[JobInsert]) -> list[str]:

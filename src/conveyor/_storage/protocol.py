@@ -43,6 +43,7 @@ from .job_types import (
     JobChanged,
     JobClaimOneParams,
     JobCountCappedParams,
+    JobExpireParams,
     JobFailureGroupsParams,
     JobFetchAvailableParams,
     JobHeartbeatManyParams,
@@ -289,6 +290,10 @@ class Storage(Protocol):
 
     async def job_discard_matching(self, params: JobBulkParams) -> list[JobChanged]:
         """Discard up to ``limit`` waiting jobs matching the filter, oldest first."""
+
+    async def job_expire(self, params: JobExpireParams) -> list[JobChanged]:
+        """Cancel up to ``limit`` waiting jobs whose ``expires_at`` has passed (the
+        expirer); the jobs it changed, with the state each left."""
 
     async def job_count_running_by_node(self) -> dict[str, int]: ...
 

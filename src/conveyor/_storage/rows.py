@@ -140,6 +140,7 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
     i_wf, i_batch, i_deps = at.get("workflow_id"), at.get("batch_id"), at.get("deps_pending")
     i_prog, i_pmsg = at.get("progress"), at.get("progress_message")  # schema 11
     i_req = at.get("requires")  # schema 18
+    i_expires = at.get("expires_at")  # schema 19
     return [
         make_job(id=r[i_id], task=r[i_task], queue=r[i_queue], args=js(r[i_args]),
                  kwargs=js(r[i_kwargs]), priority=r[i_prio], state=STATES[r[i_state]],
@@ -157,7 +158,8 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
                  deps_pending=0 if i_deps is None else r[i_deps],
                  progress=None if i_prog is None else r[i_prog],
                  progress_message=None if i_pmsg is None else r[i_pmsg],
-                 requires=None if i_req is None else js(r[i_req]))
+                 requires=None if i_req is None else js(r[i_req]),
+                 expires_at=None if i_expires is None else ts(r[i_expires]))
         for r in rows
     ]
 
@@ -171,11 +173,13 @@ CLAIM_COLUMNS = (
     "lease_expires_at", "cancel_requested", "unique_key", "concurrency_key", "ran_on",
     "run_time", "workflow_id", "batch_id", "deps_pending", "progress", "progress_message",
     "requires",
+    "expires_at",
 )
 #: JSON columns, read as text on both dialects and decoded by the Job on first access.
 CLAIM_JSON = frozenset({"args", "kwargs", "errors", "tags", "meta", "requires"})
 #: Timestamp columns: unix seconds on SQLite, converted once per distinct value.
-CLAIM_TIMES = frozenset({"scheduled_at", "created_at", "attempted_at", "lease_expires_at"})
+CLAIM_TIMES = frozenset({"scheduled_at", "created_at", "attempted_at", "lease_expires_at",
+                         "expires_at"})
 #: Job fields a claim does not read, as Python expressions (``owner``: the claimer's
 #: id, which the claim writes into ``lease_owner``). A claimed job is running, not
 #: finished, and has no result yet.

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from .._app.reads import jobs as reads
 from .._errors import InvalidStateError, JobNotFoundError
+from .._job import EXPIRED_ERROR
 from ._context import Context
 from ._query import PAGE_SIZES, STATE_CHOICES, JobQuery, positive_int
 from ._security import action_form
@@ -38,7 +39,8 @@ async def jobs(ctx: Context, request: Request) -> Response:
         before=positive_int(params.get("before")), after=positive_int(params.get("after")),
         cap=ctx.settings.count_cap)
     return ctx.render(request, "jobs.html", "/jobs", page=page, query=query, limit=limit,
-                      states=STATE_CHOICES, sizes=PAGE_SIZES, text_scan=reads.TEXT_SCAN)
+                      states=STATE_CHOICES, sizes=PAGE_SIZES, text_scan=reads.TEXT_SCAN,
+                      expired_error=EXPIRED_ERROR)
 
 
 async def job(ctx: Context, request: Request) -> Response:

@@ -44,6 +44,8 @@ def insert_values(jobs: Sequence[JobInsert], channel: str) -> dict[str, Any]:
     values["delay"] = [None if j.delay is None else float(j.delay) for j in jobs]
     # A naive run_at means local time, as datetime.timestamp() reads it on SQLite.
     values["run_at"] = [j.run_at.astimezone(UTC) if j.run_at else None for j in jobs]
+    values["expires_in"] = [None if j.expires_in is None else float(j.expires_in) for j in jobs]
+    values["expires_at"] = [j.expires_at.astimezone(UTC) if j.expires_at else None for j in jobs]
     values["channel"] = channel
     return values
 

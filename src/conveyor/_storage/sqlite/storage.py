@@ -43,6 +43,7 @@ from ..job_types import (
     JobInsert,
     JobProgress,
 )
+from ..lazy_inserts import is_plain
 from ..metric_types import MetricRow
 from ..rows import claimed_from_seconds, job_from_row, leader_row, sort_for_claim
 from ..schema import DbHealth, Migration, pending_migrations
@@ -69,6 +70,8 @@ def _insert_values(job: JobInsert) -> dict[str, Any]:
         "run_at": job.run_at.timestamp() if job.run_at is not None else None,
         "unique_key": job.unique_key, "unique_states": job.unique_states,
         "concurrency_key": job.concurrency_key, "requires": job.requires_json,
+        "expires_in": job.expires_in,
+        "expires_at": job.expires_at.timestamp() if job.expires_at is not None else None,
     }
 
 
@@ -221,7 +224,7 @@ class SQLiteStorage(CompositionStorage):
     # -- jobs: the batch paths ---------------------------------------------------------------
 
     def _insert_rows(self, conn: Conn, jobs: Sequence[JobInsert]) -> list[Job]:
-        if all(job.unique_key is None is job.requires_json for job in jobs):  # plain
+        if is_plain(jobs):  # one executemany
             return batch.insert_plain(conn, self._q, jobs).jobs(jobs)
 
         def run(name: str, values: list[dict[str, Any]]) -> list[Job]:
@@ -242,7 +245,7 @@ class SQLiteStorage(CompositionStorage):
         return inserted
 
     def _insert_ids(self, conn: Conn, jobs: Sequence[JobInsert]) -> list[int]:
-        if all(job.unique_key is None is job.requires_json for job in jobs):  # no Job built
+        if is_plain(jobs):  # no Job built at all
             return list(batch.insert_plain(conn, self._q, jobs).ids)
         return [job.id for job in self._insert_rows(conn, jobs)]
 

@@ -95,3 +95,32 @@ FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
 WHERE s.schemaname = current_schema() AND s.n_dead_tup > 0
   AND s.relname LIKE 'conveyor\_%%' AND s.relname NOT LIKE 'conveyor\_jobs\_history%%'
 ORDER BY s.n_dead_tup DESC, s.relname;
+
+-- name: job_expire_pick
+-- The expirer (runtime/expirer.py): waiting jobs whose expires_at has passed, oldest
+-- expiry first, through the partial index that holds only jobs with an expiry. A job a
+-- claim holds is skipped: its worker's admission sees the expiry.
+SELECT id, task, queue, state, attempt FROM conveyor_jobs
+WHERE expires_at IS NOT NULL AND expires_at <= now()
+  AND state IN ('pending', 'scheduled', 'available', 'retryable')
+ORDER BY expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: job_expire_ids
+-- The picked jobs (locked above, in this transaction) end cancelled with the reason
+-- "expired"; job.wait is told once.
+WITH expired AS (
+    UPDATE conveyor_jobs
+    SET state = 'cancelled',
+        finished_at = now(),
+        errors = errors || jsonb_build_array(%(error)s::jsonb || jsonb_build_object(
+                     'attempt', attempt,
+                     'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')))
+    WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'scheduled', 'available', 'retryable')
+    RETURNING id
+), finished AS (
+    SELECT count(pg_notify(%(finished_channel)s, '')) AS n
+    FROM (SELECT 1 FROM expired LIMIT 1) AS f
+)
+SELECT expired.id FROM expired CROSS JOIN finished;

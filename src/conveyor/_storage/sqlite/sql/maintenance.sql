@@ -86,3 +86,25 @@ LIMIT :limit;
 -- None, ever: SQLite keeps no dead row versions (a deleted row's space is reused within
 -- the file at once), so the vacuum service never has anything to do here.
 SELECT '' AS name, 0 AS dead, 0 AS live, 0 AS owned WHERE 0;
+
+-- name: job_expire_pick
+-- The expirer (runtime/expirer.py): waiting jobs whose expires_at has passed, oldest
+-- expiry first, through the partial index that holds only jobs with an expiry.
+SELECT id, task, queue, state, attempt FROM conveyor_jobs
+WHERE expires_at IS NOT NULL AND expires_at <= (julianday('now') - 2440587.5) * 86400.0
+  AND state IN ('pending', 'scheduled', 'available', 'retryable')
+ORDER BY expires_at
+LIMIT :limit;
+
+-- name: job_expire_ids
+-- The picked jobs end cancelled with the reason "expired"; one claimed in between is
+-- left to its worker's admission (same transaction here: none is).
+UPDATE conveyor_jobs
+SET state = 'cancelled',
+    finished_at = (julianday('now') - 2440587.5) * 86400.0,
+    errors = json_insert(errors, '$[#]', json_set(json(:error),
+                 '$.attempt', attempt,
+                 '$.at', strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND state IN ('pending', 'scheduled', 'available', 'retryable')
+RETURNING id;

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from conveyor import Conveyor, Job, JobState, StateChange, WorkflowError
+from conveyor._app import JobFilter
 from conveyor._runtime.admission import Admission
 from conveyor._runtime.expirer import Expirer, expired_error
 from conveyor._storage import JobAckManyParams, JobFetchAvailableParams
@@ -379,3 +380,16 @@ def test_the_dashboard_shows_and_finds_expired_jobs(
         found = client.get(html.unescape(link.group(1))).text
         assert [int(i) for i in re.findall(r'<tr data-job="(\d+)"', found)] == [late.id]
         assert "expired: not started before its expires_at" in found
+
+
+def test_an_operators_retry_lifts_the_expiry(clocked: tuple[Conveyor, VirtualClock]) -> None:
+    app, clock = clocked
+    ran: list[Any] = []
+    ping, _ = _register(app, ran)
+    one = ping.options(expires_in=10).enqueue(1)
+    two = ping.options(expires_in=10).enqueue(2)
+    clock.advance(seconds=11)
+    assert sorted(_expire(app)) == [one.id, two.id]
+    assert _get(app, app.retry_job(one.id).id).expires_at is None
+    assert app.retry_matching(JobFilter(ids=(two.id,)), limit=10) == 1
+    assert [o.id for o in app.drain().completed] == [one.id, two.id] and ran == [1, 2]

@@ -10,12 +10,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._job import ACTIVE_STATES, JobState
+from ._job import ACTIVE_STATES, WAITING_STATES, JobState
 
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*(s|sec|second|m|min|minute|h|hour|d|day)s?\s*")
 _UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
           "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
 DEFAULT_UNIQUE_STATES = tuple(s.value for s in ACTIVE_STATES)
+#: The states a ``Unique(on_conflict="replace")`` job holds its key in: while it waits.
+#: Once it has started, a new enqueue with its key goes in as a new job.
+REPLACE_UNIQUE_STATES = tuple(s.value for s in WAITING_STATES)
+#: What an enqueue does when a live job holds its unique key.
+ON_CONFLICT = ("keep", "replace")
 
 KeyFunc = Callable[..., Any]
 
@@ -69,7 +74,10 @@ class Unique:
 
     ``key`` is a string or a function of the job's arguments (default: task + all
     arguments); ``period`` (seconds) scopes the key to a time bucket; ``states`` are
-    the states in which a job holds its key.
+    the states in which a job holds its key. ``on_conflict="replace"`` (debounce):
+    while the holder still waits (scheduled, available, retryable) a new enqueue
+    replaces its arguments and run time and returns it; once it has started, the new
+    one goes in as a new job (the key is held only while waiting).
 
     Example: ``@app.task(unique=Unique(key=lambda user_id: str(user_id), period=3600))``
     """
@@ -77,14 +85,38 @@ class Unique:
     key: str | KeyFunc | None = None
     period: float | None = None
     states: tuple[str, ...] = DEFAULT_UNIQUE_STATES
+    on_conflict: str = "keep"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.states, tuple | list) or not all(
+                isinstance(s, str) for s in self.states):
+            raise TypeError(f"Unique.states must be a tuple of state names, got {self.states!r}")
         for state in self.states:
             JobState(state)  # raises ValueError on an unknown state
         if not self.states:
             raise ValueError("Unique.states must name at least one state")
+        if not isinstance(self.on_conflict, str) or self.on_conflict not in ON_CONFLICT:
+            raise ValueError(f"Unique.on_conflict must be 'keep' or 'replace', got "
+                             f"{self.on_conflict!r}")
+        if self.on_conflict == "replace":
+            self._replace_states()
         if self.period is not None and (not isinstance(self.period, int | float) or self.period <= 0):
             raise ValueError("Unique.period must be a positive number of seconds")
+
+    def _replace_states(self) -> None:
+        """A replacing key is held while its job waits, never once it has started."""
+        if tuple(self.states) == DEFAULT_UNIQUE_STATES:
+            object.__setattr__(self, "states", REPLACE_UNIQUE_STATES)
+        elif not set(self.states) <= set(REPLACE_UNIQUE_STATES):
+            raise ValueError(
+                "Unique(on_conflict='replace') holds its key only while the job waits: "
+                f"states must be among {', '.join(REPLACE_UNIQUE_STATES)}, got "
+                f"{', '.join(self.states)}")
+        object.__setattr__(self, "states", tuple(self.states))
+
+    @property
+    def replaces(self) -> bool:
+        return self.on_conflict == "replace"
 
     def full_key(self, task: str, override: str | None, args: Sequence[Any],
                  kwargs: dict[str, Any], args_json: str, kwargs_json: str,

@@ -126,6 +126,7 @@ class JobSpec:
             name, list(defaults.tags) + _payload.check_tags(opts.tags or []),
             {} if opts.meta is None else opts.meta, max_payload_bytes)
         unique_key = unique_states = None
+        replace = False
         if defaults.unique is not None or opts.unique_key is not None:
             unique = defaults.unique or Unique()
             if opts.unique_key is not None and not isinstance(opts.unique_key, str):
@@ -136,6 +137,7 @@ class JobSpec:
                                          *self.task.key_arguments(self.args, self.kwargs),
                                          *plain_args, now)
             unique_states = unique.states_text
+            replace = unique.replaces
         # The task's own defaults were checked when it was registered (this runs per job).
         return make_insert(
             task=name,
@@ -157,6 +159,7 @@ class JobSpec:
             expires_in=defaults.expires_in if opts.expires_at is None and opts.expires_in is None
             else opts.expires_in,
             expires_at=opts.expires_at,
+            unique_replace=replace,
         )
 
     def requires(self) -> Mapping[str, str] | None:

@@ -220,6 +220,12 @@ def flow_section(rows: list[dict[str, Any]]) -> list[str]:
             figures = (f"{x['rounds']} rounds x {x['processes']} processes -> {x['rows']} rows "
                        f"(at most {x['rows_per_round_max']} per key; {x['inserted_per_round_max']} "
                        "insert per round reported)")
+        elif "enqueues" in x:
+            check = "debounce, 2 racing processes + a worker"
+            figures = (f"{x['enqueues']} enqueues of one replacing key -> {x['jobs_run']} jobs "
+                       f"run, each once: half-replaced **{x['half_replaced']}**, not run once "
+                       f"{x['not_once']}, most waiting at once {x['max_waiting']}, last write "
+                       f"won {'yes' if x['last_won'] else '**no**'}")
         elif "ticks" in x:
             check = "cron, leader killed -9"
             figures = (f"{x['ticks']} ticks, {x['kills']} leader kill(s), new leader after "

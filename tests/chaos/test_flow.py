@@ -7,7 +7,10 @@
   takeover (the new leader finds the ticks due since the last one within the misfire
   grace and runs each of them), every tick job run, re-runs only after a lost lease;
 * (c) a rate limit of 10/s held by four worker processes (in long mode one of them is
-  killed half-way): no sliding one-second window over the limit.
+  killed half-way): no sliding one-second window over the limit;
+* (d) debounce: two processes enqueue one ``Unique(on_conflict="replace")`` key as fast
+  as they can while a worker runs it: each job runs once with one enqueue's arguments
+  whole, at most one waits at a time, nothing is lost, the last write wins.
 
 The workers run the flow-control tests' app (``tests/apps/flow.py``) and reuse the
 helpers of ``tests/test_flow_processes.py``; the figures go to the report.
@@ -18,24 +21,29 @@ from __future__ import annotations
 import collections
 import itertools
 import multiprocessing
+import os
 import queue
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from conveyor import Job, JobState
 from conveyor._storage import LeaderRow
 
+from ..apps import debounce_app
 from ..apps import flow as flow_app
 from ..apps.flow import Flow
 from ..conftest import wait_for
 from ..test_flow_processes import (
     CLOCK_EPSILON,
     RATE,
+    ROOT,
     Workers,
     completed,
     max_in_window,
@@ -282,3 +290,118 @@ def test_rate_limit_over_four_workers(
                   extra={"limit": RATE, "per_second": per_second, "max_window": raw,
                          "max_window_strict": strict, "processes": processes,
                          "min_gap_ms": round(min(gaps) * 1000), "kills": kills}), started)
+
+
+# -- (d) ---------------------------------------------------------------------------------------
+
+
+DEBOUNCE_ROUNDS = pick(150, 1000)
+#: The debounce delay: short, so that the worker runs jobs while the racers replace them.
+DEBOUNCE_DELAY = 0.05
+
+
+def test_debounce_raced_by_two_processes(
+    db_url: str, chaos_dir: Path, started: float, request: pytest.FixtureRequest
+) -> None:
+    """Two processes enqueue one ``Unique(on_conflict="replace")`` key as fast as they
+    can (delay 50 ms) while a worker process runs what comes due: every job runs once,
+    with the arguments of one enqueue whole (args and kwargs never mixed), at most one
+    waits at a time, no enqueue is lost, and the last write wins."""
+    env = {**os.environ, "CONVEYOR_URL": db_url,
+           "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    log = open(chaos_dir / "worker-debounce.log", "wb")  # noqa: SIM115
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "conveyor", "worker", "tests.apps.debounce_app:app",
+         "--heartbeat-interval", "0.3", "--lease-ttl", "3", "--shutdown-timeout", "2",
+         "--log-level", "warning"], env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+    debounce = debounce_app.build(db_url)
+    try:
+        got, max_waiting = _race_debounce(db_url, debounce)
+        final = debounce.index.enqueue(7, "final", tag="final")
+        wait_for(lambda: _all_final(debounce), timeout=120, message="every debounced job ran")
+        rows = debounce.app.list_jobs(limit=10_000)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait(timeout=10)
+        debounce.app.close()
+    out = Outcome(jobs=len(rows), states=dict(collections.Counter(j.state.value for j in rows)))
+    v = out.violations
+    by_id = {j.id: j for j in rows}
+    lost = sorted({job_id for _, _, job_id, _, _ in got} - set(by_id))
+    out.lost = len(lost)
+    if lost:
+        v.append(f"enqueues returned jobs that are gone: {lost[:10]}")
+    mixed = [j.id for j in rows if j.args[1] != j.kwargs.get("tag")]
+    not_once = [j.id for j in rows if j.state is not JobState.COMPLETED or j.attempt != 1]
+    wrong = [j.id for j in rows if j.result != j.args[1]]
+    out.executions = sum(j.attempt for j in rows)
+    out.duplicates = sum(max(j.attempt - 1, 0) for j in rows)
+    for what, ids in (("half-replaced arguments", mixed), ("not run exactly once", not_once),
+                      ("a result from other arguments", wrong)):
+        if ids:
+            v.append(f"{len(ids)} job(s) with {what}: {ids[:10]}")
+    if max_waiting > 1:
+        v.append(f"{max_waiting} jobs waited for the key at once")
+    last = by_id.get(final.id)
+    if last is None or last.result != "final":
+        v.append(f"the last write did not win: {last}")
+    enqueues = len(got) + 1
+    print(f"\ndebounce race: {enqueues} enqueues from 2 processes -> {len(rows)} jobs run; "
+          f"at most {max_waiting} waiting at once")
+    finish(Result(10, "debounce raced by two processes", backend_of(db_url), enqueues,
+                  f"2 processes x {DEBOUNCE_ROUNDS} enqueues of one Unique(on_conflict="
+                  f"'replace') key, {DEBOUNCE_DELAY * 1000:g} ms delay, a worker running them",
+                  request.node.nodeid, out,
+                  notes="each job must run once with one enqueue's arguments whole; the "
+                        "last write (after the race) must be the one that runs last",
+                  extra={"enqueues": enqueues, "jobs_run": len(rows), "max_waiting": max_waiting,
+                         "half_replaced": len(mixed), "not_once": len(not_once),
+                         "last_won": bool(last is not None and last.result == "final")}),
+           started)
+
+
+def _race_debounce(db_url: str, debounce: debounce_app.Debounce
+                   ) -> tuple[list[tuple[str, int, int, bool, int]], int]:
+    """Run the two racers; meanwhile count the jobs waiting for the key (the most seen)."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    results: Any = ctx.Queue()
+    procs = [ctx.Process(target=debounce_app.hammer,
+                         args=(db_url, who, DEBOUNCE_ROUNDS, DEBOUNCE_DELAY, barrier, results))
+             for who in ("a", "b")]
+    for proc in procs:
+        proc.start()
+    got: list[tuple[str, int, int, bool, int]] = []
+    max_waiting = 0
+    try:
+        deadline = time.monotonic() + 120 + DEBOUNCE_ROUNDS / 10
+        while len(got) < 2 * DEBOUNCE_ROUNDS:
+            try:
+                got.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
+            except queue.Empty:
+                raise AssertionError(f"only {len(got)} of {2 * DEBOUNCE_ROUNDS} enqueues "
+                                     f"reported; exit codes {[p.exitcode for p in procs]}"
+                                     ) from None
+            if len(got) % 25 == 0:
+                counts = debounce.app.count_jobs()
+                max_waiting = max(max_waiting, sum(counts.get(s, 0) for s in (
+                    "scheduled", "available", "retryable")))
+        for proc in procs:
+            proc.join(timeout=30)
+            assert proc.exitcode == 0
+    finally:
+        for proc in procs:  # by pid, whatever happened
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=10)
+    return got, max_waiting
+
+
+def _all_final(debounce: debounce_app.Debounce) -> bool:
+    counts = debounce.app.count_jobs()
+    return sum(counts.get(s, 0) for s in ("scheduled", "available", "retryable", "running")) == 0

@@ -39,6 +39,9 @@ class JobInsert:
     #: moment; None for a job that does not expire (``task.options(expires_in=...)``).
     expires_in: float | None = None
     expires_at: datetime | None = None
+    #: ``Unique(on_conflict="replace")``: a waiting holder of the key takes this job's
+    #: arguments and run time (``unique.py``) instead of being returned as it is.
+    unique_replace: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -180,6 +180,8 @@ CLAIM_JSON = frozenset({"args", "kwargs", "errors", "tags", "meta", "requires"})
 #: Timestamp columns: unix seconds on SQLite, converted once per distinct value.
 CLAIM_TIMES = frozenset({"scheduled_at", "created_at", "attempted_at", "lease_expires_at",
                          "expires_at"})
+#: Of those, the ones NULL for almost every job (decoded without the memo's lookup).
+CLAIM_RARE_TIMES = frozenset({"expires_at"})
 #: Job fields a claim does not read, as Python expressions (``owner``: the claimer's
 #: id, which the claim writes into ``lease_owner``). A claimed job is running, not
 #: finished, and has no result yet.
@@ -212,6 +214,9 @@ def _compile_claimed(seconds: bool) -> Callable[[Iterable[Sequence[Any]], str], 
         if c in CLAIM_JSON:  # loads's shortcuts; the rest is decoded on first read
             body.append(f"        v = r[{i}]\n        o.{c} = v if v is None else [] if "
                         f"v == '[]' else {{}} if v == '{{}}' else _Text(v)\n")
+        elif c in CLAIM_RARE_TIMES and seconds:  # NULL for almost every job: no memo
+            body.append(f"        v = r[{i}]\n        o.{c} = v if v is None else "
+                        f"_from(float(v), _utc)\n")
         elif c in CLAIM_TIMES and seconds:
             body.append(f"        v = r[{i}]\n        t = seen.get(v)\n"
                         f"        if t is None and v is not None:\n"

@@ -31,20 +31,52 @@ KeyValues = Callable[[list[str]], Any]
 
 
 def unique_insert(jobs: Sequence[JobInsert], values: Values, key_values: KeyValues) -> Steps:
-    """Run ``job_insert`` then ``job_get_unique`` until every job has its row."""
-    todo = list(jobs)
+    """Run ``job_insert`` then ``job_get_unique`` until every job has its row. A job of
+    ``Unique(on_conflict="replace")`` whose key is held goes to ``job_replace_unique``
+    instead: one conditional UPDATE that gives a still-waiting holder its arguments and
+    run time (a holder claimed meanwhile no longer matches, has left the key's states,
+    and the next round inserts the job anew). Several jobs of one replacing key in one
+    batch are one job, the last of them (``_collapse``)."""
+    todo, alias = _collapse(jobs)
     out: list[Job | None] = [None] * len(todo)
     for _ in range(UNIQUE_ROUNDS):
         if not todo:
             break
         got, missing = match_inserted(todo, (yield "job_insert", values(todo)))
         if missing:
-            fill_duplicates(got, todo, (yield "job_get_unique", key_values(missing)))
+            replace = [j for j, row in zip(todo, got, strict=True)
+                       if row is None and j.unique_replace]
+            if replace:
+                fill_duplicates(got, todo, (yield "job_replace_unique", values(replace)),
+                                replaced=True)
+            keep = [j.unique_key for j, row in zip(todo, got, strict=True)
+                    if row is None and not j.unique_replace and j.unique_key is not None]
+            if keep:
+                fill_duplicates(got, todo, (yield "job_get_unique", key_values(keep)))
         todo = _merge(out, got, todo)
     done = [job for job in out if job is not None]
     if len(done) != len(out):
         raise ConveyorError("unique enqueue kept racing with the key's holder; try again")
-    return done
+    return done if alias is None else [_as_duplicate(done[i], dup) for i, dup in alias]
+
+
+def _collapse(jobs: Sequence[JobInsert]
+              ) -> tuple[list[JobInsert], list[tuple[int, bool]] | None]:
+    """The jobs with one per replacing key (its last: the last arguments win), and for
+    each job the index of the one that stands for it and whether that is another job
+    (None: nothing collapsed)."""
+    last = {j.unique_key: i for i, j in enumerate(jobs) if j.unique_replace}
+    if len(last) == sum(1 for j in jobs if j.unique_replace):
+        return list(jobs), None
+    kept = [i for i, j in enumerate(jobs) if not j.unique_replace or last[j.unique_key] == i]
+    position = {i: n for n, i in enumerate(kept)}
+    alias = [(position[last[j.unique_key]], last[j.unique_key] != i) if j.unique_replace
+             else (position[i], False) for i, j in enumerate(jobs)]
+    return [jobs[i] for i in kept], alias
+
+
+def _as_duplicate(job: Job, duplicate: bool) -> Job:
+    return dataclasses.replace(job, duplicate=True) if duplicate and not job.duplicate else job
 
 
 def run_sync(steps: Steps, run: Callable[[str, Any], list[Job]]) -> list[Job]:
@@ -95,13 +127,15 @@ def match_inserted(
 
 
 def fill_duplicates(
-    out: list[Job | None], jobs: Sequence[JobInsert], holders: Sequence[Job]
+    out: list[Job | None], jobs: Sequence[JobInsert], holders: Sequence[Job],
+    replaced: bool = False,
 ) -> None:
     """Put each key's live holder, marked duplicate, in the gaps (a gap stays when the
-    holder finished in between: the insert is tried again)."""
+    holder finished in between: the insert is tried again). ``replaced``: the holders
+    of replacing jobs' keys (only those gaps are theirs)."""
     by_key = {j.unique_key: j for j in holders}
     for i, job in enumerate(jobs):
-        if out[i] is None and job.unique_key in by_key:
+        if out[i] is None and job.unique_key in by_key and job.unique_replace == replaced:
             out[i] = dataclasses.replace(by_key[job.unique_key], duplicate=True)
 
 

@@ -42,6 +42,38 @@ WITH inserted AS (
 SELECT inserted.* FROM inserted CROSS JOIN woken
 ORDER BY inserted.id;
 
+-- name: job_replace_unique
+-- Unique(on_conflict="replace") (debounce): each key's holder, while it still waits,
+-- takes its job's arguments, run time, concurrency key and expiry, in one statement. A
+-- holder a claim has locked is waited for and then no longer matches (it is running,
+-- outside the key's states, which are the waiting ones): its job is inserted anew. The
+-- caller sends one job per key.
+WITH replaced AS (
+    UPDATE conveyor_jobs AS j
+    SET args = b.args::jsonb,
+        kwargs = b.kwargs::jsonb,
+        state = CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END,
+        scheduled_at = d.due,
+        concurrency_key = b.concurrency_key,
+        expires_at = coalesce(b.expires_at, now() + b.expires_in * interval '1 second')
+    FROM unnest(%(unique_key)b::text[], %(args)b::text[], %(kwargs)b::text[],
+                %(delay)b::float8[], %(run_at)b::timestamptz[], %(concurrency_key)b::text[],
+                %(expires_in)b::float8[], %(expires_at)b::timestamptz[])
+         AS b(unique_key, args, kwargs, delay, run_at, concurrency_key, expires_in, expires_at)
+    CROSS JOIN LATERAL (
+        SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
+    ) AS d
+    WHERE j.unique_key = b.unique_key
+      AND j.state IN ('scheduled', 'available', 'retryable')
+      AND strpos(j.unique_states, ',' || j.state || ',') > 0
+    RETURNING j.*
+), woken AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM replaced WHERE state = 'available') AS q
+)
+SELECT replaced.* FROM replaced CROSS JOIN woken
+ORDER BY replaced.id;
+
 -- name: job_get_unique
 SELECT * FROM conveyor_jobs
 WHERE unique_key = ANY(%(unique_keys)b::text[])
@@ -211,13 +243,15 @@ ORDER BY id DESC
 LIMIT %(limit)s;
 
 -- name: job_retry
+-- An operator's retry is meant to run the job: an expiry it had is lifted.
 WITH retried AS (
     UPDATE conveyor_jobs
     SET state = 'available',
         scheduled_at = now(),
         finished_at = NULL,
         max_attempts = GREATEST(max_attempts, attempt + 1),
-        cancel_requested = false
+        cancel_requested = false,
+        expires_at = NULL
     WHERE id = %(id)s::bigint
       AND state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
     RETURNING *

@@ -125,7 +125,8 @@ WITH retried AS (
         scheduled_at = now(),
         finished_at = NULL,
         max_attempts = GREATEST(max_attempts, attempt + 1),
-        cancel_requested = false
+        cancel_requested = false,
+        expires_at = NULL
     WHERE id = ANY(%(ids)s::bigint[])
       AND state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
     RETURNING id, queue

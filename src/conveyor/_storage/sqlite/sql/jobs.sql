@@ -17,6 +17,27 @@ WHERE true
 ON CONFLICT DO NOTHING
 RETURNING *;
 
+-- name: job_replace_unique
+-- Unique(on_conflict="replace") (debounce), one key per call (the caller loops inside
+-- its transaction): the key's holder, while it still waits, takes this job's arguments,
+-- run time, concurrency key and expiry. A holder that has started no longer holds the
+-- key (its states are the waiting ones) and matches nothing: the job is inserted anew.
+UPDATE conveyor_jobs
+SET args = :args,
+    kwargs = :kwargs,
+    state = CASE WHEN coalesce(:run_at, (julianday('now') - 2440587.5) * 86400.0
+                                        + coalesce(:delay, 0.0))
+                      > (julianday('now') - 2440587.5) * 86400.0
+                 THEN 'scheduled' ELSE 'available' END,
+    scheduled_at = coalesce(:run_at, (julianday('now') - 2440587.5) * 86400.0
+                                     + coalesce(:delay, 0.0)),
+    concurrency_key = :concurrency_key,
+    expires_at = coalesce(:expires_at, (julianday('now') - 2440587.5) * 86400.0 + :expires_in)
+WHERE unique_key = :unique_key
+  AND state IN ('scheduled', 'available', 'retryable')
+  AND instr(unique_states, ',' || state || ',') > 0
+RETURNING *;
+
 -- name: job_get_unique
 -- One key per call on SQLite (the caller loops inside its transaction).
 SELECT * FROM conveyor_jobs
@@ -146,12 +167,14 @@ ORDER BY id DESC
 LIMIT :limit;
 
 -- name: job_retry
+-- An operator's retry is meant to run the job: an expiry it had is lifted.
 UPDATE conveyor_jobs
 SET state = 'available',
     scheduled_at = (julianday('now') - 2440587.5) * 86400.0,
     finished_at = NULL,
     max_attempts = max(max_attempts, attempt + 1),
-    cancel_requested = 0
+    cancel_requested = 0,
+    expires_at = NULL
 WHERE id = :id AND state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
 RETURNING *;
 

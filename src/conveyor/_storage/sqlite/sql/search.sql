@@ -121,7 +121,8 @@ SET state = 'available',
     scheduled_at = (julianday('now') - 2440587.5) * 86400.0,
     finished_at = NULL,
     max_attempts = max(max_attempts, attempt + 1),
-    cancel_requested = 0
+    cancel_requested = 0,
+    expires_at = NULL
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND state IN ('scheduled', 'retryable', 'completed', 'cancelled', 'discarded')
 RETURNING id;

@@ -82,6 +82,8 @@ def test_enqueue_one_job_with_every_option(api: Any, world: Any) -> None:
     assert again["id"] == first["id"] and again["duplicate"] is True
     delayed = post(api, "/jobs", {"task": "resize", "args": ["/b"], "delay": 3600}).json()
     assert delayed["state"] == "scheduled"
+    expiring = post(api, "/jobs", {"task": "resize", "args": ["/c"], "expires_in": 60}).json()
+    assert expiring["expires_at"] is not None
     assert "set-cookie" not in made.headers  # no cookies: no CSRF surface
 
 
@@ -146,7 +148,9 @@ def test_without_tasks_any_valid_name_is_accepted(db_url: str) -> None:
     ("priority", "high"), ("priority", True), ("priority", 10**6), ("delay", "soon"),
     ("delay", -1), ("run_at", "tomorrow"), ("run_at", "2030-01-01T00:00:00"),
     ("max_attempts", 1.5), ("max_attempts", 0), ("unique_key", 7), ("tags", "urgent"),
-    ("tags", [1]), ("depends_on", ["a"]), ("depends_on", 3),
+    ("tags", [1]), ("depends_on", ["a"]), ("depends_on", 3), ("expires_in", "soon"),
+    ("expires_in", 0), ("expires_in", -5), ("expires_in", 1e12),
+    ("expires_at", "2030-01-01T00:00:00"), ("expires_at", 5),
 ])
 def test_a_wrong_type_or_value_is_422_naming_the_field(api: Any, world: Any, field: str,
                                                       value: Any) -> None:

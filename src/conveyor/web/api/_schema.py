@@ -138,6 +138,11 @@ JOB_FIELDS: tuple[Field, ...] = (
           "When it may run (with a timezone); not with delay.", _timestamp),
     Field("max_attempts", {"type": "integer", "minimum": 1}, "Attempts before discard.",
           _integer),
+    Field("expires_in", {"type": "number", "exclusiveMinimum": 0},
+          "Seconds from now: not started by then, it never runs (cancelled, reason "
+          "expired).", _number),
+    Field("expires_at", {"type": "string", "format": "date-time"},
+          "When it expires (with a timezone); not with expires_in.", _timestamp),
     Field("unique_key", {"type": "string"},
           "At most one live job per key: a duplicate returns the existing job.", _string),
     Field("tags", {"type": "array", "items": {"type": "string"}}, "Tags, added to the task's.",

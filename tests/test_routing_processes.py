@@ -155,3 +155,30 @@ def test_bad_tasks_flags_exit_2_with_a_clear_message(db_url: str, tasks: str,
 def test_worker_help_documents_tasks() -> None:
     text = " ".join(invoke("worker", "--help").stdout.split())
     assert "--tasks TASK,..." in text and "the others stay for other workers" in text
+
+
+def test_conveyor_enqueue_requires_labels(routed: Conveyor, db_url: str) -> None:
+    out = invoke("enqueue", "resize", "--args", "[1]", "--requires", "gpu=a100",
+                 "--requires", "zone=b", "--json", "--app", APP, "--url", db_url)
+    assert out.exit_code == 0, out.output
+    job = routed.get_job(json.loads(out.stdout)["id"])
+    assert job is not None and job.requires == {"gpu": "a100", "zone": "b"}
+    # without --app, a stand-in task: no requirement unless given
+    out = invoke("enqueue", "train", "--args", "[1]", "--json", "--url", db_url)
+    job = routed.get_job(json.loads(out.stdout)["id"])
+    assert job is not None and job.requires is None
+    for bad, message in ((["--requires", "gpu"], "expected KEY=VALUE"),
+                         (["--requires", "bad key=1"], "label key 'bad key'")):
+        out = invoke("enqueue", "resize", "--args", "[1]", *bad, "--url", db_url)
+        assert out.exit_code == 2 and message in out.output, out.output
+
+
+def test_a_stand_in_task_takes_the_routed_queue(db_url: str) -> None:
+    from conveyor._app.named import task_by_name
+
+    app = Conveyor(db_url, routes={"mail.*": "mail"})
+    try:
+        assert task_by_name(app, "mail.send", known=False).defaults.queue == "mail"
+        assert task_by_name(app, "other", known=False).defaults.queue == "default"
+    finally:
+        app.close()

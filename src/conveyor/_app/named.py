@@ -41,4 +41,6 @@ def task_by_name(app: Conveyor, name: object, *, known: bool) -> Task[Any, Any]:
     if known:
         raise UnknownTaskError(str(name), sorted(app.tasks))
     checked = _payload.check_task_name(name)
-    return Task(app, _accept_anything, TaskOptions(name=checked), app.codec)
+    # its queue as the app's routes give it (Conveyor(routes=...)), as for a task it defines
+    options = TaskOptions(name=checked, queue=app.router.queue_for(checked))
+    return Task(app, _accept_anything, options, app.codec)

@@ -10,6 +10,7 @@ import click
 
 from .._app import Conveyor
 from .._app.named import task_by_name
+from .._config import parse_labels
 from .._job import Job
 from ._base import EPILOG, common_options, json_option, run_async
 from ._loading import open_app
@@ -22,6 +23,8 @@ class EnqueueRequest:
     priority: int | None = None
     delay: float | None = None
     max_attempts: int | None = None
+    #: Worker labels the job requires instead of the task's (``--requires gpu=a100``).
+    requires: dict[str, str] | None = None
 
 
 def parse_arguments(args_json: str, kwargs_json: str) -> tuple[list[Any], dict[str, Any]]:
@@ -61,7 +64,7 @@ async def enqueue_job(
     try:
         with_options = task.options(
             queue=request.queue, priority=request.priority, delay=request.delay,
-            max_attempts=request.max_attempts,
+            max_attempts=request.max_attempts, requires=request.requires,
         )
         return await with_options.enqueue_async(*args, **kwargs)
     except (TypeError, ValueError) as exc:  # bad arguments, payload too large, bad queue
@@ -78,19 +81,28 @@ async def enqueue_job(
 @click.option("--priority", type=int, help="Higher runs first (-32768..32767).")
 @click.option("--delay", type=click.FloatRange(min=0), help="Run after this many seconds.")
 @click.option("--max-attempts", type=click.IntRange(min=1), help="Attempts before discard.")
+@click.option("--requires", "requires_specs", multiple=True, metavar="KEY=VALUE",
+              help="A worker label the job requires (repeatable): only workers started "
+              "with it run the job (default: the task's own requirement).")
 @json_option
 @common_options
 def enqueue(task_name: str, args_json: str, kwargs_json: str, queue: str | None,
             priority: int | None, delay: float | None, max_attempts: int | None,
-            as_json: bool, app_path: str | None, url: str | None) -> None:
+            requires_specs: tuple[str, ...], as_json: bool, app_path: str | None,
+            url: str | None) -> None:
     """Enqueue one job of TASK and print it.
 
     With --app, TASK must be one of the app's tasks and its arguments are checked
     against the function's signature.
     """
     args, kwargs = parse_arguments(args_json, kwargs_json)
+    try:
+        requires = parse_labels(requires_specs, "--requires") if requires_specs else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc).removeprefix("--requires: "),
+                                 param_hint="--requires") from None
     app = open_app(app_path, url)
-    options = EnqueueRequest(queue, priority, delay, max_attempts)
+    options = EnqueueRequest(queue, priority, delay, max_attempts, requires)
     job = run_async(app, lambda: enqueue_job(app, task_name, args, kwargs, options,
                                                    known=bool(app_path)))
     show_jobs([job], as_json=as_json, single=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
@@ -122,10 +123,14 @@ class Producer:
                     log.warning("fetch from queue %r failed: %s", self.queue, exc)
                 if claimed and self.saturated and (self.running < self.limit or self.room):
                     continue  # maybe more waiting: ask again at once
-            timeout = held if held > 0 else self._poll * min(2**failures, 16)
-            waiter = asyncio.ensure_future(self._wake.wait())
-            stopper = asyncio.ensure_future(stopping.wait())
-            await asyncio.wait({waiter, stopper}, timeout=timeout,
-                               return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            stopper.cancel()
+            await self._sleep(held if held > 0 else self._poll * min(2**failures, 16))
+
+    async def _sleep(self, timeout: float) -> None:
+        """Until woken or ``timeout`` passes. ``Worker.stop`` wakes every producer after
+        setting ``stopping``, so the wake Event alone is waited on: no Task per wait (and
+        none of their loop turns between a notification and its claim)."""
+        if self._wake.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()

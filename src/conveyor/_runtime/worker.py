@@ -274,11 +274,15 @@ class Worker:
             elif queue in self.producers:
                 self.producers[queue].wake()
 
+        if threading.get_ident() == self._loop_thread:  # PostgreSQL's listener: this loop
+            wake()
+            return
         with contextlib.suppress(RuntimeError):  # loop closed while a thread notifies
             self._loop.call_soon_threadsafe(wake)
 
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         unsubscribe = self._storage.wake_subscribe(self._on_wake)
         restore = self._install_signals()
         for service in self.services:

@@ -63,15 +63,17 @@ def _spec(api: Api, request: JobRequest, prefix: str) -> JobSpec:
     except ValueError as exc:
         raise invalid(f"{prefix}task", str(exc)) from None
     try:
-        spec = task.options(**request.options).job(*request.args, **request.kwargs)
-    except TypeError as exc:
+        with_options = task.options(**request.options)
+    except (TypeError, ValueError) as exc:
+        raise invalid(_field_of(str(exc), prefix), str(exc)) from None
+    try:
+        spec = with_options.job(*request.args, **request.kwargs)
+    except TypeError as exc:  # the signature refuses them
         text = str(exc)
         found = _ARGUMENT.search(text)
         extra: dict[str, Any] = {"argument": found.group(1)} if found else {}
         field = "kwargs" if "keyword" in text or (found and request.kwargs) else "args"
         raise ApiError(422, "arguments", text, field=prefix + field, **extra) from None
-    except ValueError as exc:
-        raise invalid(_field_of(str(exc), prefix), str(exc)) from None
     try:
         spec.to_insert(api.app.config.max_payload_bytes)  # encodes: sizes, names, ranges
     except (TypeError, ValueError) as exc:

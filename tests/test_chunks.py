@@ -22,6 +22,13 @@ async def _jobs(app: Conveyor, task: str) -> list[Any]:
     return sorted(await app.list_jobs_async(task=task, limit=1000), key=lambda j: j.id)
 
 
+def _balanced(worker: Any) -> None:
+    """Every count the chunker keeps came back to zero once the worker stopped."""
+    assert worker.chunker is not None and worker.chunker.held == 0
+    assert all(p.running == 0 and p.room == 0 for p in worker.producers.values())
+    assert not worker._executions
+
+
 def test_results_per_job_in_full_chunks(app: Conveyor) -> None:
     """25 waiting jobs on a queue of one slot: chunks of 10, 10 and 5, each job
     completes with its own result; the last chunk runs after ``wait``, not full."""
@@ -36,7 +43,8 @@ def test_results_per_job_in_full_chunks(app: Conveyor) -> None:
     async def main() -> None:
         jobs = await app.enqueue_many_async(
             [double.job(i, plus=100) if i == 3 else double.job(i) for i in range(25)])
-        await run_worker_until(app, all_final(app), config=ONE_SLOT)
+        worker = await run_worker_until(app, all_final(app), config=ONE_SLOT)
+        _balanced(worker)
         done = {j.id: j for j in await _jobs(app, "double")}
         for i, job in enumerate(jobs):
             got = done[job.id]
@@ -205,7 +213,7 @@ def test_plain_tasks_beside_a_chunk_task_on_one_queue(app: Conveyor) -> None:
     async def main() -> None:
         await app.enqueue_many_async(
             [plain.job(i) if i % 3 == 0 else chunked.job(i) for i in range(60)])
-        await run_worker_until(app, all_final(app), config=ONE_SLOT, timeout=60)
+        _balanced(await run_worker_until(app, all_final(app), config=ONE_SLOT, timeout=60))
         counts = await app.count_jobs_async()
         assert counts["completed"] == 60
         assert running["most"] == 1
@@ -332,3 +340,16 @@ def test_the_dashboard_shows_the_chunk_on_the_job_page(app: Conveyor) -> None:
         page = client.get(f"/jobs/{job.id}").text
         assert 'id="job-chunk"' in page and "up to 25 jobs per handler call" in page
         assert 'id="job-chunk"' not in client.get(f"/jobs/{plain.id}").text
+
+
+def test_a_waited_result_is_the_jobs_own_not_the_lists(app: Conveyor) -> None:
+    """``wait_job`` types a result by the handler's return annotation; a chunk handler's
+    annotation is of the whole list, so a job's result comes back as stored."""
+
+    @app.task(chunk=Chunk(size=5, wait=0))
+    def names(jobs: list[ChunkJob]) -> list[str]:
+        return [f"name-{j.args[0]}" for j in jobs]
+
+    job = names.enqueue(7)
+    app.drain()
+    assert app.wait_job(job.id, timeout=10).result == "name-7"

@@ -138,10 +138,13 @@ SINGLE_TARGET = 1.5
 
 def floors_table(docs: dict[tuple[str, str], dict[str, Any]],
                  floors: dict[str, dict[str, Any]],
-                 peer_single: float | None = None) -> str:
+                 peer_single: float | None = None,
+                 peer_latency: tuple[float, float] | None = None) -> str:
     """Each floor and the headline figure over it, per backend (same run).
     ``peer_single``: pgqueuer's single enqueue/s in this run, which the single-enqueue
-    floor is held against (issue 29 gives a target up only where its floor is below it)."""
+    floor is held against (issue 29 gives a target up only where its floor is below it);
+    ``peer_latency``: pgqueuer's enqueue-to-start p50 and p99 (ms), which the latency
+    floor is held against the same way."""
     def cell(backend: str, fn: Callable[[dict[str, Any], dict[str, Any]], str]) -> str:
         f = floors.get(backend)
         best = _report._best_burndown(docs, backend)
@@ -178,11 +181,33 @@ def floors_table(docs: dict[tuple[str, str], dict[str, Any]],
                       f"{f['single_async_cpu_us_per_job']:.0f}"),
         (f"async single-enqueue floor / pgqueuer's single enqueue (target >= {SINGLE_TARGET:g}x "
          "pgqueuer's)", lambda f, m: _single_verdict(f["single_async_jobs_per_s"], peer_single)),
+        (f"enqueue-to-start floor / pgqueuer's, p50 (target <= {LATENCY_TARGETS[0]:g}x) and "
+         f"p99 (target <= {LATENCY_TARGETS[1]:g}x)",
+         lambda f, m: _latency_verdict(f, peer_latency)),
     ]
     lines = ["| floor, same run | SQLite | PostgreSQL |", "|---|---:|---:|"]
     for label, fn in rows:
         lines.append(f"| {label} | {cell('sqlite', fn)} | {cell('postgres', fn)} |")
     return "\n".join(lines)
+
+
+#: Issue 29's enqueue-to-start targets: Conveyor's p50 and p99 over pgqueuer's, at most.
+LATENCY_TARGETS = (0.7, 1.0)
+
+
+def _latency_verdict(f: dict[str, Any], peer: tuple[float, float] | None) -> str:
+    """The latency floor over pgqueuer's p50 and p99: a floor above its bound means no
+    Conveyor meets that target on this machine (given up on this evidence)."""
+    if not peer or not peer[0] or not peer[1]:
+        raise ZeroDivisionError("no pgqueuer figure in this run")  # the cell says "-"
+    parts = []
+    for name, mine, theirs, bound in (("p50", f["latency_p50_ms"], peer[0], LATENCY_TARGETS[0]),
+                                      ("p99", f["latency_p99_ms"], peer[1], LATENCY_TARGETS[1])):
+        ratio = mine / theirs
+        parts.append(f"{name} {ratio:.2f}x: " + ("the floor itself is above the target: given "
+                                                  "up on this evidence" if ratio > bound
+                                                  else "the floor is within it: work left"))
+    return "; ".join(parts)
 
 
 def _single_verdict(floor_rate: float, peer_single: float | None) -> str:
@@ -257,10 +282,12 @@ def main(argv: list[str] | None = None) -> int:
                 derive_memory(out, backend, environment(target, {}))
         peer_result = None if args.no_peers else peers(args.repeat, args.peers_pg_admin)
         docs = _report.load(out)
+        pgq = (peer_result or {}).get("systems", {}).get(peers_render.PGQUEUER)
+        p50, p99 = (peers_render.median(pgq, "latency", k) for k in ("p50_ms", "p99_ms"))
         tables = {"readme": relabel(_report.readme_table(docs)),
-                  "floors": floors_table(docs, floors, peers_render.median(
-                      (peer_result or {}).get("systems", {}).get(peers_render.PGQUEUER),
-                      "single", "jobs_per_s"))}
+                  "floors": floors_table(docs, floors,
+                                         peers_render.median(pgq, "single", "jobs_per_s"),
+                                         (p50, p99) if p50 and p99 else None)}
         print(f"\nThe README's table at bench-quick sizes ({SIZES['burndown']:,}-job burn-downs"
               f", {SIZES['steady_s']} s steady state), not `make bench`'s:")
         print(tables["readme"])

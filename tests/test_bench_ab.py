@@ -134,7 +134,7 @@ def test_bench_quick_names_its_own_sizes_in_the_readme_table() -> None:
     assert "of 100,000 pre" not in table and "1,000,000-row" not in table
     assert "5 min" not in table and "10-s window" not in table
     floors = quick.floors_table({}, {})
-    assert floors.count("| - | - |") == 9
+    assert floors.count("| - | - |") == 10
     # the single-enqueue floor held against pgqueuer's: below issue 29's 1.5x, the
     # table says the target is given up on that evidence; above it, work left
     docs: dict[tuple[str, str], dict[str, Any]] = {
@@ -150,7 +150,14 @@ def test_bench_quick_names_its_own_sizes_in_the_readme_table() -> None:
     assert "1.33x: the floor itself is below the target" in below
     assert "2.00x: the floor is above the target: work left" in quick.floors_table(
         docs, measured, 1000.0)
-    assert quick.floors_table(docs, measured).splitlines()[-1].endswith("| - | - |")
+    assert quick.floors_table(docs, measured).splitlines()[-2].endswith("| - | - |")
+    # the latency floor held against pgqueuer's p50 and p99 the same way
+    latency = quick.floors_table(docs, measured, 1500.0, (1.25, 0.5)).splitlines()[-1]
+    assert ("p50 0.80x: the floor itself is above the target: given up on this evidence; "
+            "p99 2.00x: the floor itself is above") in latency
+    assert "p50 0.50x: the floor is within it: work left; p99 0.50x: the floor is within" in (
+        quick.floors_table(docs, measured, 1500.0, (2.0, 2.0)))
+    assert quick.floors_table(docs, measured, 1500.0).splitlines()[-1].endswith("| - | - |")
 
 
 def test_per_job_costs_are_paired_too() -> None:

@@ -353,3 +353,41 @@ def test_a_waited_result_is_the_jobs_own_not_the_lists(app: Conveyor) -> None:
     job = names.enqueue(7)
     app.drain()
     assert app.wait_job(job.id, timeout=10).result == "name-7"
+
+
+def test_two_chunk_tasks_and_plain_jobs_share_a_queue(app: Conveyor) -> None:
+    """Two chunk tasks and a plain one, 300 jobs, interleaved, on a queue of 3 slots:
+    each job completes once with its own result, no chunk above its size."""
+    sizes: dict[str, list[int]] = {"a": [], "b": []}
+
+    @app.task(chunk=Chunk(size=7, wait=0.05))
+    async def a(jobs: list[ChunkJob]) -> list[int]:
+        sizes["a"].append(len(jobs))
+        await asyncio.sleep(0.01)
+        return [j.args[0] for j in jobs]
+
+    @app.task(chunk=Chunk(size=40, wait=0.05))
+    def b(jobs: list[ChunkJob]) -> list[int]:
+        sizes["b"].append(len(jobs))
+        return [-j.args[0] for j in jobs]
+
+    @app.task
+    async def c(i: int) -> int:
+        return i * 10
+
+    async def main() -> None:
+        tasks = [a, b, c]
+        await app.enqueue_many_async([tasks[i % 3].job(i) for i in range(300)])
+        config = dataclasses.replace(FAST, queues={"default": 3})
+        _balanced(await run_worker_until(app, all_final(app), config=config, timeout=90))
+        want = {"a": lambda i: i, "b": lambda i: -i, "c": lambda i: i * 10}
+        for name, f in want.items():
+            got = await _jobs(app, name)
+            assert len(got) == 100
+            assert all(j.state is JobState.COMPLETED and j.attempt == 1
+                       and j.result == f(j.args[0]) for j in got)
+        assert sum(sizes["a"]) == 100 and max(sizes["a"]) <= 7
+        assert sum(sizes["b"]) == 100 and max(sizes["b"]) <= 40
+        await app.close_async()
+
+    asyncio.run(main())

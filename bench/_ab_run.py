@@ -54,6 +54,9 @@ def _cases() -> dict[str, AbCase]:
         out.append(AbCase(f"enqueue_async_{backend}_p100", backend, 5_000, "jobs/s",
                           "5,000 enqueue_async calls from 100 coroutines on one loop "
                           "(bench/w_enqueue.py single_async)"))
+        out.append(AbCase(f"enqueue_{backend}_t1", backend, 3_000, "jobs/s",
+                          "3,000 task.enqueue() calls from one thread "
+                          "(bench/w_enqueue.py single)"))
         out.append(AbCase(f"enqueue_async_{backend}_p1", backend, 3_000, "jobs/s",
                           "3,000 enqueue_async calls one at a time, one coroutine "
                           "(bench/w_enqueue.py single_async)"))
@@ -81,6 +84,8 @@ def _runner(case: AbCase) -> Callable[[Any, int], dict[str, Any]]:
         return lambda target, jobs: w_burndown.burndown(target, jobs, concurrency)
     if case.name.startswith("enqueue_many_"):
         return lambda target, jobs: w_enqueue.bulk(target, jobs, 1000)
+    if case.name.startswith("enqueue_") and case.name.endswith("_t1"):
+        return lambda target, jobs: w_enqueue.single(target, jobs, 1)
     if case.name.startswith("enqueue_async_"):
         producers = int(case.name.rsplit("_p", 1)[1])
         return lambda target, jobs: w_enqueue.single_async(target, jobs, producers)

@@ -22,7 +22,7 @@ from psycopg.rows import tuple_row
 from ..._job import Job
 from ..job_types import JobAck, JobInsert
 from ..rows import claimed_from_datetimes, jobs_from_inserts, plain_completed
-from .connection import tuple_cursor
+from .connection import tuple_cursor, tuple_cursor_sync
 from .copy_insert import COPY_MIN_BATCH, Inserted, copy_async, copy_sync
 
 Fetch = Callable[[str, Mapping[str, Any]], Awaitable[list[Any]]]
@@ -73,7 +73,7 @@ def insert_plain_sync(conn: psycopg.Connection[Any], queries: Mapping[str, str],
     if len(jobs) >= COPY_MIN_BATCH:
         return copy_sync(conn, queries, jobs, channel, prepare, jobs_of if jobs_too else None)
     sql, params = _statement(queries, jobs, channel)
-    cur = conn.cursor(row_factory=tuple_row)
+    cur = tuple_cursor_sync(conn)
     return _inserted(cur.execute(sql, params, prepare=prepare).fetchall())
 
 

@@ -154,10 +154,29 @@ class PooledConnection(psycopg.AsyncConnection[DictRow]):
         return cur
 
 
+class BlockingConnection(psycopg.Connection[Any]):
+    """``PooledConnection`` for the sync enqueue's connections (``task.enqueue()``)."""
+
+    _kept: psycopg.Cursor[TupleRow] | None = None
+
+    def kept_cursor(self) -> psycopg.Cursor[TupleRow]:
+        cur = self._kept
+        if cur is None or cur.closed:
+            cur = self._kept = self.cursor(row_factory=tuple_row)
+        return cur
+
+
 def tuple_cursor(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncCursor[TupleRow]:
     """A tuple-row cursor on ``conn``: the kept one of a pooled connection, else new (a
     caller's connection)."""
     if isinstance(conn, PooledConnection):
+        return conn.kept_cursor()
+    return conn.cursor(row_factory=tuple_row)
+
+
+def tuple_cursor_sync(conn: psycopg.Connection[Any]) -> psycopg.Cursor[TupleRow]:
+    """``tuple_cursor`` of a blocking connection."""
+    if isinstance(conn, BlockingConnection):
         return conn.kept_cursor()
     return conn.cursor(row_factory=tuple_row)
 

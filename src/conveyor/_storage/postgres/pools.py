@@ -33,6 +33,7 @@ from ..schema import DbHealth, Migration, pending_migrations
 from ..wake import WakeCallback, WakeHub
 from . import schema
 from .connection import (
+    BlockingConnection,
     Errors,
     PooledConnection,
     PostgresConfig,
@@ -114,7 +115,7 @@ class PostgresPools(CompositionStorage):
     # -- connections and what BaseStorage asks for -----------------------------------------
 
     def _connect_blocking(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self._config.url, **{
+        return BlockingConnection.connect(self._config.url, **{
             **connect_kwargs(self._config),
             "prepare_threshold": prepare_threshold(self._config, 1)})
 

@@ -391,3 +391,21 @@ def test_two_chunk_tasks_and_plain_jobs_share_a_queue(app: Conveyor) -> None:
         await app.close_async()
 
     asyncio.run(main())
+
+
+def test_a_concurrency_limit_counts_jobs_not_chunks(app: Conveyor) -> None:
+    sizes: list[int] = []
+
+    @app.task(chunk=Chunk(size=50, wait=0.1), concurrency=4)
+    async def capped(jobs: list[ChunkJob]) -> list[None]:
+        sizes.append(len(jobs))
+        return [None] * len(jobs)
+
+    async def main() -> None:
+        await app.enqueue_many_async([capped.job(i) for i in range(12)])
+        await run_worker_until(app, all_final(app), timeout=60)
+        assert sum(sizes) == 12 and max(sizes) <= 4
+        assert all(j.attempt == 1 for j in await _jobs(app, "capped"))
+        await app.close_async()
+
+    asyncio.run(main())

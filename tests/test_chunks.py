@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -380,7 +381,8 @@ def test_two_chunk_tasks_and_plain_jobs_share_a_queue(app: Conveyor) -> None:
         await app.enqueue_many_async([tasks[i % 3].job(i) for i in range(300)])
         config = dataclasses.replace(FAST, queues={"default": 3})
         _balanced(await run_worker_until(app, all_final(app), config=config, timeout=90))
-        want = {"a": lambda i: i, "b": lambda i: -i, "c": lambda i: i * 10}
+        want: dict[str, Callable[[int], int]] = {
+            "a": lambda i: i, "b": lambda i: -i, "c": lambda i: i * 10}
         for name, f in want.items():
             got = await _jobs(app, name)
             assert len(got) == 100

@@ -84,6 +84,9 @@ def test_enqueue_one_job_with_every_option(api: Any, world: Any) -> None:
     assert delayed["state"] == "scheduled"
     expiring = post(api, "/jobs", {"task": "resize", "args": ["/c"], "expires_in": 60}).json()
     assert expiring["expires_at"] is not None
+    routed = post(api, "/jobs", {"task": "resize", "args": ["/d"],
+                                 "requires": {"gpu": "a100"}}).json()
+    assert routed["requires"] == {"gpu": "a100"}
     assert "set-cookie" not in made.headers  # no cookies: no CSRF surface
 
 
@@ -150,7 +153,9 @@ def test_without_tasks_any_valid_name_is_accepted(db_url: str) -> None:
     ("max_attempts", 1.5), ("max_attempts", 0), ("unique_key", 7), ("tags", "urgent"),
     ("tags", [1]), ("depends_on", ["a"]), ("depends_on", 3), ("expires_in", "soon"),
     ("expires_in", 0), ("expires_in", -5), ("expires_in", 1e12),
-    ("expires_at", "2030-01-01T00:00:00"), ("expires_at", 5),
+    ("expires_at", "2030-01-01T00:00:00"), ("expires_at", 5), ("requires", "gpu=a100"),
+    ("requires", {"gpu": 1}), ("requires", {"bad key": "x"}),
+    ("requires", {f"k{i}": "v" for i in range(17)}),
 ])
 def test_a_wrong_type_or_value_is_422_naming_the_field(api: Any, world: Any, field: str,
                                                       value: Any) -> None:

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from ..._job import MAX_ID
+from ..._routing import MAX_REQUIRES, check_requires
 from ._http import bad_parameter, invalid
 
 
@@ -99,6 +100,16 @@ def _ids(value: Any) -> list[int]:
     return value
 
 
+def _labels(value: Any) -> dict[str, str]:
+    """Worker labels a job requires, checked as ``options(requires=...)`` checks them."""
+    if not isinstance(value, dict):
+        raise TypeError("must be an object of label keys to string values")
+    try:
+        return check_requires(value) or {}
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc).removeprefix("requires=: ")) from None
+
+
 def _timestamp(value: Any) -> datetime:
     text = _string(value)
     try:
@@ -147,6 +158,10 @@ JOB_FIELDS: tuple[Field, ...] = (
           "At most one live job per key: a duplicate returns the existing job.", _string),
     Field("tags", {"type": "array", "items": {"type": "string"}}, "Tags, added to the task's.",
           _strings),
+    Field("requires", {"type": "object", "additionalProperties": {"type": "string"},
+                       "maxProperties": MAX_REQUIRES},
+          "Worker labels the job requires, e.g. {\"gpu\": \"a100\"}: only workers started "
+          "with them run it (default: the task's own; {} for any worker).", _labels),
     Field("depends_on", {"type": "array", "items": {"type": "integer"}},
           "Ids of jobs this one waits on (state pending until they are final).", _ids),
 )

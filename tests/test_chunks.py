@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conveyor import Chunk, ChunkJob, ChunkResult, Conveyor, JobState, Snooze
+from conveyor import Chunk, ChunkJob, ChunkResult, Conveyor, JobState, Snooze, StateChange
 
 from ._runtime_util import FAST, all_final, run_worker_until
 
@@ -408,6 +408,30 @@ def test_a_concurrency_limit_counts_jobs_not_chunks(app: Conveyor) -> None:
         await run_worker_until(app, all_final(app), timeout=60)
         assert sum(sizes) == 12 and max(sizes) <= 4
         assert all(j.attempt == 1 for j in await _jobs(app, "capped"))
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_each_job_of_a_chunk_has_its_own_state_changes(app: Conveyor) -> None:
+    changes: list[StateChange] = []
+    app.on_state_change(changes.append)
+
+    @app.task(chunk=Chunk(size=10, wait=0.1), max_attempts=1)
+    async def mixed(jobs: list[ChunkJob]) -> ChunkResult:
+        return ChunkResult(failed={j.id: KeyError(j.args[0]) for j in jobs if j.args[0] % 2},
+                           results={j.id: j.args[0] for j in jobs})
+
+    async def main() -> None:
+        jobs = await app.enqueue_many_async([mixed.job(i) for i in range(6)])
+        worker = await run_worker_until(app, all_final(app))
+        ended = {c.job_id: c for c in changes if c.previous == JobState.RUNNING}
+        assert sorted(ended) == sorted(j.id for j in jobs)
+        for i, job in enumerate(jobs):
+            c = ended[job.id]
+            assert c.state == (JobState.DISCARDED if i % 2 else JobState.COMPLETED)
+            assert c.source == "worker" and c.node == worker.node_id
+            assert (c.error is not None and "KeyError" in c.error) == bool(i % 2)
         await app.close_async()
 
     asyncio.run(main())

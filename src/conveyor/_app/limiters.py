@@ -331,4 +331,4 @@ def _holder(job: int | None) -> str:
     """Who holds a slot, as the dashboard shows it: host, pid, job, and a random part
     that makes each acquisition its own."""
     where = f"{socket.gethostname()[:60]}:{os.getpid()}"
-    return f"{where}:{'job ' + str(job) + ':' if job is not None else ''}{secrets.token_hex(4)}"
+    return f"{where}:{f'job-{job}:' if job is not None else ''}{secrets.token_hex(4)}"

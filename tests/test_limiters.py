@@ -348,3 +348,49 @@ def test_sync_and_async_holders_share_the_limit(app: Conveyor) -> None:
         await permit.release_async()
 
     run_then_close(app, main)
+
+
+def test_closing_the_app_gives_back_the_slots_it_holds(db_url: str) -> None:
+    holder, other = Conveyor(db_url), Conveyor(db_url)
+    try:
+        permit = holder.limiter("ocr", concurrency=1).acquire(key="acme")
+        assert ":job-" not in permit.holder  # outside a job
+        holder.close()  # no lease left to run out: the slot is free at once
+        with other.limiter("ocr", concurrency=1).hold(key="acme", timeout=0):
+            pass
+        permit.release()  # after the close: nothing left to do
+    finally:
+        holder.close()
+        other.close()
+
+
+def test_limiters_under_drain_with_a_virtual_clock(db_url: str) -> None:
+    """The testing toolkit: a rate limiter measures the virtual clock, so a job over
+    budget is snoozed at once (waiting would not move that clock) and runs once the
+    test advances it."""
+    from conveyor.testing import VirtualClock
+
+    clock = VirtualClock()
+    app = Conveyor(db_url, clock=clock)
+    try:
+        per_minute = app.limiter("per-minute", rate="1/m", wait=30)
+        ocr = app.limiter("ocr", concurrency=1, wait=0)
+        holders: list[str] = []
+
+        @app.task
+        def ping() -> None:
+            with per_minute, ocr.hold() as permit:
+                holders.append(permit.holder)
+
+        first, second = ping.enqueue(), ping.enqueue()
+        started = time.monotonic()
+        result = app.drain()
+        assert time.monotonic() - started < 20  # not 30 s of waiting for a frozen clock
+        assert len(result.completed) == 1 and len(result.snoozed) == 1
+        assert {j.id for j in result.completed + result.snoozed} == {first.id, second.id}
+        assert len(app.drain().completed) == 0  # not due yet on the virtual clock
+        clock.advance(minutes=1)
+        assert len(app.drain().completed) == 1
+        assert len(holders) == 2 and all(":job-" in h for h in holders)
+    finally:
+        app.close()

@@ -20,6 +20,7 @@ from .._portal import Portal
 from .._registry import AppRegistry
 from .._routing import Router
 from .._storage import Migration, Storage, WakeHub, create_storage
+from .permits import release_held
 
 if TYPE_CHECKING:
     from .limiters import Limiter
@@ -126,6 +127,7 @@ class AppBase:
         storage = self._storages.pop(loop, None)
         self._opening.pop(loop, None)
         if storage is not None:
+            await release_held(storage)  # slots still held through it (app.limiter)
             await storage.inner.close()
 
     def _sync(self, coro: Coroutine[Any, Any, T]) -> T:

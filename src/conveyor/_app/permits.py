@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any
@@ -38,6 +39,7 @@ class Permit:
 
     def start_renewing(self) -> None:
         self._renewing = asyncio.get_running_loop().create_task(self._renew())
+        _HELD.add(self)
 
     async def _renew(self) -> None:
         """Renew the lease every third of it; a lease lost (the process stalled past
@@ -58,6 +60,7 @@ class Permit:
         if self.released:
             return
         self.released = True
+        _HELD.discard(self)
         if self._renewing is not None:
             self._renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -92,6 +95,18 @@ async def release_quietly(storage: Storage, params: LimiterSlotParams) -> None:
     except ConveyorError as exc:  # its lease runs out instead
         log.warning("limiter %r: could not release a slot (%s); its lease frees it",
                     params.name, exc)
+
+
+#: Slots held now, renewed by this process (``release_held`` gives them back on close).
+_HELD: weakref.WeakSet[Permit] = weakref.WeakSet()
+
+
+async def release_held(storage: Storage) -> None:
+    """Give back every slot still held through ``storage`` (the app closes it): at
+    once, rather than when their leases run out, and without renewals left pending on
+    a loop about to close."""
+    for permit in [p for p in _HELD if p.storage is storage]:
+        await permit.release_async()
 
 
 _BACKGROUND: set[asyncio.Task[None]] = set()

@@ -1,4 +1,4 @@
--- Conveyor schema version 17 (PostgreSQL): limiters used inside handlers and outside
+-- Conveyor schema version 16 (PostgreSQL): limiters used inside handlers and outside
 -- jobs (app.limiter). A rate limiter keeps its GCRA cell in conveyor_rate_limits (keys
 -- "limiter:NAME[:KEY]"); a concurrency limiter leases slots here, one row per holder,
 -- each good until lease_expires_at (database clock): a holder that dies stops renewing

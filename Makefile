@@ -7,7 +7,11 @@
 #                  start their own in transaction mode, no service needed). .ci/run
 #                  installs both when missing.
 #   make test      ruff + mypy --strict + pytest, then the Django suite (tests/contrib/django)
-#                  and mypy --strict of conveyor.contrib.django in .venv-django
+#                  and mypy --strict of conveyor.contrib.django in .venv-django. pytest runs
+#                  on PYTEST_WORKERS pytest-xdist workers (default 2; 0 runs it in one
+#                  process) with --dist loadgroup: each worker has its own Postgres database,
+#                  a module sharing an expensive fixture stays on one worker, and the heavy
+#                  (chaos) scenarios run one at a time (tests/conftest.py)
 #   make django-venv  create .venv-django (Python >= 3.12, which Django 6 needs) with the
 #                  dev, django, postgres and web extras (re-runs only when pyproject.toml changes)
 #   make test-django  only the Django part of `make test`
@@ -92,8 +96,11 @@ lint: $(STAMP)
 	$(BIN)/mypy --strict
 	$(BIN)/pytest -q -p no:cacheprovider tests/test_layers.py
 
+# Workers for the main suite: its tests mostly wait on PostgreSQL and subprocesses.
+PYTEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup
 	$(MAKE) --no-print-directory test-django
 
 # Django 6 needs Python >= 3.12, so its suite runs in a venv of its own.

@@ -103,6 +103,67 @@ def scratch_database(admin_url: str, prefix: str) -> Iterator[str]:
                 sql.Identifier(name)))
 
 
+#: Databases of ``reusable_database`` free for the next caller, by admin URL, and every
+#: one this process made (dropped by ``shutdown()``).
+_free_databases: dict[str, list[str]] = {}
+_made_databases: list[tuple[str, str]] = []
+
+
+@contextlib.contextmanager
+def reusable_database(admin_url: str, prefix: str) -> Iterator[str]:
+    """Like ``scratch_database`` (a new, empty database, nothing migrated), but kept for
+    the next caller of this process instead of dropped: emptied (its connections ended,
+    its schemas dropped, ``public`` made anew) and dropped by ``shutdown()``. DROP DATABASE
+    forces a checkpoint of the whole server: seconds a test under load. Only for tests that
+    keep to schemas and change no setting of the database itself."""
+    from psycopg import sql
+
+    free = _free_databases.setdefault(admin_url, [])
+    if free:
+        name = free.pop()
+    else:
+        name = f"{prefix}_{secrets.token_hex(6)}"
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        _made_databases.append((admin_url, name))
+    url = with_database(admin_url, name)
+    yield url
+    try:
+        _empty_database(admin_url, url, name)
+    except psycopg.Error:
+        return  # not reused; shutdown() drops it
+    free.append(name)
+
+
+def _empty_database(admin_url: str, url: str, name: str) -> None:
+    """End every other connection to ``name``, then drop its schemas but the system ones
+    and make ``public`` as a new database has it."""
+    from psycopg import sql
+
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                      " WHERE datname = %s AND pid <> pg_backend_pid()", (name,))
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        schemas = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%'"
+            " AND nspname <> 'information_schema'").fetchall()
+        for (schema,) in schemas:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        conn.execute("CREATE SCHEMA public AUTHORIZATION pg_database_owner")
+        conn.execute("GRANT USAGE ON SCHEMA public TO PUBLIC")
+
+
+def _drop_made_databases() -> None:
+    from psycopg import sql
+
+    while _made_databases:
+        admin_url, name = _made_databases.pop()
+        with contextlib.suppress(psycopg.Error), psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+    _free_databases.clear()
+
+
 def check_admin(url: str) -> None:
     """Connect, and check this role may create databases; raise PostgresUnavailable."""
     try:
@@ -399,6 +460,7 @@ def shutdown() -> None:
     """Stop and delete any throwaway cluster this process started (and forget its URL)."""
     global _result
     with _lock:
+        _drop_made_databases()
         if _cleanups:
             _result = None
         while _cleanups:

@@ -11,6 +11,13 @@
 Postgres is found as ``tests/_pg.py`` describes. When none is found its tests are skipped
 loudly, unless ``CONVEYOR_REQUIRE_POSTGRES=1`` (CI), which turns that into failures.
 Select backends with ``-m sqlite`` / ``-m postgres`` / ``-m "not postgres"``.
+
+Parallel runs (``make test``: pytest-xdist, ``-n 2 --dist loadgroup``): each worker is a
+pytest session of its own, so it gets its own Postgres database (named after the worker),
+SQLite template and temporary directories; whatever listens picks a free port. A module
+whose tests share an expensive module- or session-scoped fixture (a browser, a built wheel,
+a PgBouncer) runs whole on one worker, set up once (``pytest_collection_modifyitems``);
+heavy scenarios marked ``heavy`` (the chaos package) run one after another on one worker.
 """
 
 from __future__ import annotations
@@ -41,6 +48,13 @@ LEAKY_ENV = ("CONVEYOR_URL", "CONVEYOR_APP")
 #: Marks a skip or failure as caused by missing Postgres (for the summary's count).
 PG_MISSING = "Postgres unavailable:"
 POSTGRES_FIXTURES = frozenset({"postgres_admin_url", "postgres_db_url"})
+#: Session- or module-scoped fixtures cheap enough to set up once per xdist worker; a test
+#: using any other such fixture is kept on one worker with the rest of its module.
+CHEAP_SHARED_FIXTURES = frozenset(
+    {*POSTGRES_FIXTURES, "sqlite_template", "tmp_path_factory", "worker_id", "testrun_uid"}
+)
+#: The xdist group of the ``heavy`` tests: one worker runs them one after another.
+HEAVY_GROUP = "heavy"
 
 
 # -- hooks ---------------------------------------------------------------------------------
@@ -52,6 +66,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: a slow test (deselect with -m 'not slow')")
     config.addinivalue_line("markers", "postgres: runs against PostgreSQL")
     config.addinivalue_line("markers", "sqlite: runs against SQLite")
+    config.addinivalue_line(
+        "markers", "heavy: a long, CPU-heavy scenario; under xdist only one runs at a time"
+    )
+    config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker (loadgroup)")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -67,11 +85,31 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if names & POSTGRES_FIXTURES and item.get_closest_marker("postgres") is None:
             item.add_marker(pytest.mark.postgres)
+        if item.get_closest_marker("xdist_group") is None:
+            group = xdist_group_of(item)
+            if group is not None:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+def xdist_group_of(item: pytest.Item) -> str | None:
+    """The xdist group an unmarked test belongs in: ``heavy`` for the heavy scenarios, its
+    module for a test that shares an expensive module/session fixture (set up once, on one
+    worker, instead of once per worker), else None (any worker)."""
+    if item.get_closest_marker("heavy") is not None:
+        return HEAVY_GROUP
+    info = getattr(item, "_fixtureinfo", None)
+    for name, defs in (getattr(info, "name2fixturedefs", None) or {}).items():
+        if name in CHEAP_SHARED_FIXTURES:
+            continue
+        if any(d.scope in ("session", "package", "module") for d in defs):
+            return item.nodeid.split("::", 1)[0]
+    return None
 
 
 def pytest_terminal_summary(
@@ -122,8 +160,10 @@ def postgres_admin_url() -> str:
 
 @pytest.fixture(scope="session")
 def postgres_db_url(postgres_admin_url: str) -> Iterator[str]:
-    """A database of this session, migrated; dropped (WITH FORCE) at the end."""
-    name = f"conveyor_test_{secrets.token_hex(6)}"
+    """A database of this session (of this xdist worker: its id is in the name), migrated;
+    dropped (WITH FORCE) at the end."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    name = f"conveyor_test_{worker + '_' if worker else ''}{secrets.token_hex(6)}"
     with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     url = _pg.with_database(postgres_admin_url, name)
@@ -145,7 +185,12 @@ def migrate(url: str) -> None:
 
 
 def truncate_conveyor_tables(url: str) -> None:
-    """Empty every ``conveyor_*`` table except ``conveyor_migrations``; reset identities."""
+    """Empty every ``conveyor_*`` table except ``conveyor_migrations``; reset identities.
+
+    Only the tables that hold rows are truncated (a TRUNCATE of all of them, about 25, cost
+    0.1-0.3 s a test under load: each makes new files); the sequences of the others are
+    reset with ``setval``. When another connection holds a lock on one of the tables, all of
+    them are truncated as before, which waits for it (up to 10 s) and then says so."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET lock_timeout = '10s'")
         rows = conn.execute(
@@ -161,14 +206,47 @@ def truncate_conveyor_tables(url: str) -> None:
         ]
         if not tables:
             return
-        statement = sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(sql.SQL(", ").join(tables))
         try:
-            conn.execute(statement)
+            row = conn.execute(_LOCKED_BY_OTHERS).fetchone()
+            if row is not None and not row[0]:
+                probe = sql.SQL(" UNION ALL ").join(
+                    sql.SQL("SELECT {} WHERE EXISTS (SELECT FROM {})").format(sql.Literal(i), table)
+                    for i, table in enumerate(tables)
+                )
+                tables = [tables[int(i)] for (i,) in conn.execute(probe).fetchall()]
+                conn.execute(_RESET_SEQUENCES)
+            if tables:
+                conn.execute(
+                    sql.SQL("TRUNCATE {} RESTART IDENTITY CASCADE").format(sql.SQL(", ").join(tables))
+                )
         except psycopg.errors.LockNotAvailable as exc:
             raise RuntimeError(
                 "could not empty the Postgres test database: a connection from an earlier "
                 "test still holds a lock (an app or worker not closed?)"
             ) from exc
+
+
+#: Whether another connection holds a lock on a ``conveyor_*`` table of this database.
+_LOCKED_BY_OTHERS = """
+SELECT EXISTS (
+    SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+    WHERE l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.pid <> pg_backend_pid() AND c.relname LIKE 'conveyor\\_%'
+)"""
+
+#: Every used sequence owned by a ``conveyor_*`` table back to its start, as
+#: ``TRUNCATE ... RESTART IDENTITY`` leaves it (``is_called`` false).
+_RESET_SEQUENCES = """
+SELECT setval(s.oid, q.seqstart, false)
+FROM pg_class s
+JOIN pg_sequence q ON q.seqrelid = s.oid
+JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = s.oid
+     AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i')
+JOIN pg_class t ON t.oid = d.refobjid
+JOIN pg_sequences ps ON ps.schemaname = s.relnamespace::regnamespace::name
+     AND ps.sequencename = s.relname
+WHERE s.relkind = 'S' AND t.relname LIKE 'conveyor\\_%' AND t.relname <> 'conveyor_migrations'
+  AND ps.last_value IS NOT NULL"""
 
 
 # -- backends --------------------------------------------------------------------------------

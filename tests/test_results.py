@@ -353,7 +353,8 @@ async def test_postgres_listens_to_the_finished_channel_only_while_someone_waits
     async def listening() -> int:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
             cur = await conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND query = %s",
                 ['LISTEN "conveyor_jobs_finished"'])
             row = await cur.fetchone()
             return int(row[0]) if row else 0

@@ -2,6 +2,8 @@
 
 Quick mode (the default, part of ``make test``) keeps the whole package to a few
 minutes; ``CONVEYOR_CHAOS=long`` (``make chaos``) runs bigger job counts and repeats.
+Every scenario is also marked ``heavy``: under xdist one worker runs them one after
+another, beside the light tests on the other.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from . import harness
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before tests/conftest.py's hook groups the heavy tests
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if Path(str(item.fspath)).resolve().parent == HERE:
             item.add_marker(pytest.mark.chaos)
+            item.add_marker(pytest.mark.heavy)  # under xdist: one scenario at a time
             if harness.LONG:
                 item.add_marker(pytest.mark.timeout(1800))
 

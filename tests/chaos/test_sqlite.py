@@ -33,6 +33,10 @@ def test_four_workers_and_a_reader_on_one_file(sqlite_url: str, chaos_dir: Path,
                                  str(user_dir)], cwd=ROOT, env=env)
         try:
             cluster.wait(lambda: len(cluster.events()) >= 50, 30, "the workers to start jobs")
+            # The faults come while the user works: wait until it has enqueued once (a user
+            # slow to start under load saw the stop file first and wrote nothing).
+            cluster.wait(lambda: (user_dir / "enqueued.txt").exists(), 60,
+                         "the user process to enqueue")
             for _ in range(kills):
                 time.sleep(r.uniform(0.1, 0.5))  # a random moment: the fault, not a wait
                 cluster.kill(r.choice(cluster.alive()))

@@ -8,6 +8,7 @@ import pytest
 
 from conveyor import Conveyor
 
+from ..test_limiters import most_at_once
 from . import limiter_app
 from .harness import Cluster, Observer, Result, all_final, check, enqueue, now, pick, rng
 from .test_processes import backend_of, completed, finish
@@ -31,15 +32,6 @@ def holder_spans(path: Path, killed: dict[int, float]) -> list[tuple[float, floa
         assert pid in killed, f"holder {holder} neither released nor killed"
         spans.append((start, killed[pid]))
     return spans
-
-
-def most_at_once(spans: list[tuple[float, float]]) -> int:
-    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
-    most = current = 0
-    for _, step in edges:  # at equal times the end (-1) sorts first
-        current += step
-        most = max(most, current)
-    return most
 
 
 def live_holders(app: Conveyor) -> set[str]:

@@ -13,9 +13,11 @@ from ._limits import RateLimit
 from ._redact import erase, secret_values
 from ._routing import describe, satisfies
 from ._storage import (
+    FairKey,
     NodeRow,
     QueueRow,
     Storage,
+    keys_ahead,
 )
 from ._task import Task
 
@@ -208,6 +210,22 @@ def _routing(job: Job, serving: list[NodeRow]) -> list[str]:
     return []
 
 
+async def _fair_turn(job: Job, storage: Storage) -> tuple[list[str], list[str]]:
+    """An available fair-keyed job waits for its key's turn: (reasons, notes)."""
+    if job.fair_key is None or job.state != JobState.AVAILABLE:
+        return [], [f"fair key {job.fair_key!r}: its jobs take turns with other keys' in "
+                    f"queue {job.queue!r}"] if job.fair_key is not None else []
+    rows = [r for r in await storage.fair_key_list(job.queue) if r.waiting]
+    ahead = keys_ahead([FairKey(r.key, 0, r.weight, r.vtime) for r in rows], job.fair_key)
+    mine = next((r for r in rows if r.key == job.fair_key), None)
+    waiting = f"{mine.waiting} job(s) of its key waiting" if mine is not None else "its key"
+    if ahead:
+        return [f"it is waiting its turn behind {ahead} other key{'s' * (ahead != 1)} in queue "
+                f"{job.queue!r} "
+                f"(fair key {job.fair_key!r}: keys take turns; {waiting})"], []
+    return [], [f"fair key {job.fair_key!r} is next in turn in queue {job.queue!r} ({waiting})"]
+
+
 async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id: int) -> Explanation:
     """Read what concerns the job (its row, its queue, the live nodes, its limits)."""
     job = await storage.job_get(job_id)
@@ -241,6 +259,9 @@ async def explain(tasks: Mapping[str, Task[Any, Any]], storage: Storage, job_id:
     reasons += _unknown_task(job, now)
     reasons += await _cooldown(job, storage, now)
     reasons += await _limits(tasks.get(job.task), job, queue, storage, now)
+    turn, fair_notes = await _fair_turn(job, storage)
+    reasons += turn
+    notes += fair_notes
     if job.state == JobState.AVAILABLE and not reasons:
         ahead = await storage.job_count_ahead(job.id)
         notes.insert(0, "nothing holds it back: it is next" if ahead == 0 else

@@ -121,6 +121,8 @@ class Job:
     #: A job not started by then never runs: it ends ``cancelled`` with the reason
     #: "expired" (``task.options(expires_in=...)``); None for a job that does not expire.
     expires_at: datetime | None = None
+    #: The fair key this job takes turns under (``fair_key=``), None for a plain job.
+    fair_key: str | None = None
     #: The app this snapshot was read through, for ``wait``; not part of the record.
     _waiter: JobWaiter | None = dataclasses.field(default=None, compare=False, repr=False)
 

@@ -101,6 +101,22 @@ def check_queue_name(name: object) -> str:
     return name
 
 
+#: A fair key's length cap (docs/flow-control.md "Fair keys").
+MAX_FAIR_KEY_CHARS = 200
+
+
+def check_fair_key(key: object, what: str = "fair_key") -> str:
+    """A fair key: a non-empty string of at most ``MAX_FAIR_KEY_CHARS`` characters
+    (the empty key is the storage's own, for a fair queue's jobs without a key)."""
+    if not isinstance(key, str):
+        raise TypeError(f"{what} must be a string (e.g. str(tenant_id)), got "
+                        f"{type(key).__name__} {key!r:.80}")
+    if not key or len(key) > MAX_FAIR_KEY_CHARS:
+        raise ValueError(f"{what} must be 1 to {MAX_FAIR_KEY_CHARS} characters, got "
+                         f"{len(key)}: {key!r:.80}")
+    return key
+
+
 def check_priority(priority: object) -> int:
     if isinstance(priority, bool) or not isinstance(priority, int) or not -32768 <= priority <= 32767:
         raise ValueError(f"priority must be an int between -32768 and 32767, got {priority!r}")

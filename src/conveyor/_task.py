@@ -71,6 +71,8 @@ class TaskOptions:
     #: Seconds after its enqueue past which a job not started never runs (it ends
     #: ``cancelled``, reason "expired"); None: jobs do not expire (docs/flow-control.md).
     expires_in: float | None = None
+    #: The job's fair key, from its arguments (docs/flow-control.md "Fair keys").
+    fair_key: KeyFunc | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,6 +99,8 @@ class EnqueueOptions:
     #: them; either overrides the task's ``expires_in``).
     expires_in: float | None = None
     expires_at: datetime | None = None
+    #: This job's fair key (wins over the task's ``fair_key=`` function).
+    fair_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -160,6 +164,7 @@ class JobSpec:
             else opts.expires_in,
             expires_at=opts.expires_at,
             unique_replace=replace,
+            fair_key=self.fair_key(),
         )
 
     def requires(self) -> Mapping[str, str] | None:
@@ -172,7 +177,7 @@ class JobSpec:
         unique key, no sealing, no concurrency key computed from the arguments."""
         defaults = self.task.defaults
         return (defaults.unique is None and self.options.unique_key is None
-                and not defaults.encrypt
+                and not defaults.encrypt and defaults.fair_key is None
                 and (defaults.concurrency is None or defaults.concurrency_key is None))
 
     def _sealed(self, args_json: str, kwargs_json: str, max_bytes: int) -> tuple[str, str]:
@@ -182,6 +187,17 @@ class JobSpec:
                 f"encrypted arguments of task {self.task.name!r} are {len(args_json)} bytes, "
                 f"over the cap of {max_bytes} bytes (ConveyorConfig.max_payload_bytes)")
         return args_json, kwargs_json
+
+    def fair_key(self) -> str | None:
+        """The key this job takes turns under: the enqueue's, else the task's function's."""
+        if self.options.fair_key is not None:
+            return self.options.fair_key  # checked by options()
+        key = self.task.defaults.fair_key
+        if key is None:
+            return None
+        args, kwargs = self.task.key_arguments(self.args, self.kwargs)
+        return _payload.check_fair_key(
+            key(*args, **kwargs), f"fair_key= of task {self.task.name!r} returned a key that")
 
     def concurrency_key(self) -> str | None:
         """The key whose running jobs count against the task's concurrency limit."""
@@ -284,6 +300,7 @@ class Task(_Enqueuer[P], Generic[P, R]):
         if opts.unique is not None:
             check_key_function("Unique(key=...)", opts.unique.key, self.name, self.signature)
         check_key_function("concurrency_key=", opts.concurrency_key, self.name, self.signature)
+        check_key_function("fair_key=", opts.fair_key, self.name, self.signature)
 
     @property
     def name(self) -> str:
@@ -348,6 +365,7 @@ class Task(_Enqueuer[P], Generic[P, R]):
         requires: Mapping[str, str] | None = None,
         expires_in: float | None = None,
         expires_at: datetime | None = None,
+        fair_key: str | None = None,
     ) -> TaskWithOptions[P]:
         """Override defaults for one enqueue. Example: ``task.options(delay=30).enqueue()``
 
@@ -359,7 +377,9 @@ class Task(_Enqueuer[P], Generic[P, R]):
         ``requires={"gpu": "a100"}``: only a worker started with these labels runs it
         (instead of the task's own requirement; ``{}``: any worker).
         ``expires_in=60`` (seconds) or ``expires_at=`` (an aware datetime): a job not
-        started by then never runs, it ends ``cancelled`` with the reason "expired"."""
+        started by then never runs, it ends ``cancelled`` with the reason "expired".
+        ``fair_key="acme"``: the job takes turns with other keys' jobs of its queue
+        (docs/flow-control.md "Fair keys")."""
         if delay is not None and run_at is not None:
             raise ValueError("give delay= or run_at=, not both")
         if queue is not None:  # refused here, not at the enqueue that follows
@@ -370,11 +390,14 @@ class Task(_Enqueuer[P], Generic[P, R]):
             expires_in, expires_at = check_expiry(delay, run_at, expires_in, expires_at)
         elif self.defaults.expires_in is not None and delay is not None:
             check_expiry(delay, None, self.defaults.expires_in, None)
+        if fair_key is not None:
+            _payload.check_fair_key(fair_key)
         opts = EnqueueOptions(
             queue, priority, delay, run_at, max_attempts, tags, meta, connection, unique_key,
             dependency_ids(depends_on) if depends_on != () else (), check_policy(on_failure),
             None if requires is None else (check_requires(requires) or {}),
             expires_in, expires_at,
+            fair_key,
         )
         return TaskWithOptions(self, opts)
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .._job import Job, JobState
-from .._storage import JobFilter, LeaderRow, LimiterRow, Migration, NodeRow
+from .._storage import FairKeyRow, JobFilter, LeaderRow, LimiterRow, Migration, NodeRow
 from .._task import JobSpec
 from .._workflow import Chain, Chord, Group, Workflow
 from .composition import Batch, Dependency, WorkflowInfo, WorkflowRun
@@ -173,6 +173,14 @@ class Conveyor(TestingApp):
 
     def set_queue_rate_limit(self, name: str, rate: str | None) -> None:
         self._sync(self.set_queue_rate_limit_async(name, rate))
+
+    def set_fair_weight(self, queue: str, key: str, weight: float | None) -> None:
+        """Example: ``app.set_fair_weight("reports", "acme", 3)`` (None: back to 1)"""
+        self._sync(self.set_fair_weight_async(queue, key, weight))
+
+    def list_fair_keys(self, queue: str) -> list[FairKeyRow]:
+        """Example: ``for k in app.list_fair_keys("reports"): print(k.key, k.waiting)``"""
+        return self._sync(self.list_fair_keys_async(queue))
 
     def set_queue_backoff(self, name: str, backoff: str | float | None) -> None:
         """Example: ``app.set_queue_backoff("mail", "exp:5:3600")`` (None: built-in)"""

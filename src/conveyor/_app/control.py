@@ -14,6 +14,8 @@ from .._job import Job, JobState
 from .._limits import parse_rate
 from .._runtime.cron import schedule_insert, upsert_params
 from .._storage import (
+    FairKeyRow,
+    FairWeightSetParams,
     LeaderRow,
     NodeRow,
     QueueUpdateParams,
@@ -47,6 +49,20 @@ def _check_retention(which: str, seconds: Any) -> float | None:
         raise ValueError(f"{which} retention must be seconds >= 0 (or None to reset), "
                          f"got {seconds!r}")
     return float(seconds)
+
+
+#: A fair key's weight cap: a heavier key would starve the others as one key does.
+MAX_FAIR_WEIGHT = 1000.0
+
+
+def _check_weight(weight: Any) -> float:
+    if weight is None:
+        return 1.0
+    if isinstance(weight, bool) or not isinstance(weight, int | float) \
+            or not 0 < weight <= MAX_FAIR_WEIGHT:
+        raise ValueError(f"a fair key's weight must be a number > 0 and <= "
+                         f"{MAX_FAIR_WEIGHT:g} (or None for 1), got {weight!r}")
+    return float(weight)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -169,6 +185,22 @@ class ControlApp(CompositionApp):
         if rate is not None:
             parse_rate(rate)
         await self._queue_update(QueueUpdateParams(name, rate_limit=rate, set_rate_limit=True))
+
+    async def set_fair_weight_async(self, queue: str, key: str, weight: float | None) -> None:
+        """Give a fair key of a queue a weight: it takes ``weight`` turns for another
+        key's one (docs/flow-control.md "Fair keys"); ``None`` returns it to 1. A queue
+        is known by its name, as for the other queue settings: one with no jobs yet
+        takes the weight for when it has some."""
+        _payload.check_queue_name(queue)
+        _payload.check_fair_key(key, "the fair key")
+        await (await self.storage()).fair_weight_set(
+            FairWeightSetParams(queue, key, _check_weight(weight)))
+
+    async def list_fair_keys_async(self, queue: str) -> list[FairKeyRow]:
+        """A queue's fair keys with waiting jobs (or a weight set), by key: how many
+        jobs each has waiting, its weight, and its virtual time (the service it had,
+        per unit of weight)."""
+        return await (await self.storage()).fair_key_list(_payload.check_queue_name(queue))
 
     async def set_queue_backoff_async(self, name: str, backoff: str | float | None) -> None:
         """Default backoff of the queue's failed jobs, for tasks that set no ``backoff=``

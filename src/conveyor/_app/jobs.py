@@ -77,6 +77,7 @@ class JobsApp(ResultsApp):
         plain = all(s.task.defaults.unique is None and s.options.unique_key is None
                     and s.requires() is None and s.task.defaults.expires_in is None
                     and s.options.expires_in is None and s.options.expires_at is None
+                    and s.task.defaults.fair_key is None and s.options.fair_key is None
                     for s in specs)
         queues = frozenset(s.task.defaults.queue if s.options.queue is None else s.options.queue
                            for s in specs)
@@ -294,6 +295,7 @@ class JobsApp(ResultsApp):
         retry_on: ExceptionSpec = (), discard_on: ExceptionSpec = (),
         encrypt: bool = False, requires: Mapping[str, str] | None = None,
         expires_in: float | None = None,
+        fair_key: KeyFunc | None = None,
     ) -> TaskDecorator: ...
 
     @overload
@@ -306,6 +308,7 @@ class JobsApp(ResultsApp):
         retry_on: ExceptionSpec = (), discard_on: ExceptionSpec = (),
         encrypt: bool = False, requires: Mapping[str, str] | None = None,
         expires_in: float | None = None,
+        fair_key: KeyFunc | None = None,
     ) -> ChunkTaskDecorator: ...
 
     def task(
@@ -318,6 +321,7 @@ class JobsApp(ResultsApp):
         discard_on: ExceptionSpec = (), encrypt: bool = False, chunk: Chunk | None = None,
         requires: Mapping[str, str] | None = None,
         expires_in: float | None = None,
+        fair_key: KeyFunc | None = None,
     ) -> Any:
         """Register a function as a task (``@app.task`` or ``@app.task(queue="mail")``).
 
@@ -335,6 +339,8 @@ class JobsApp(ResultsApp):
         gpu=a100``) run its jobs (docs/flow-control.md).
         ``expires_in=60``: a job not started within 60 s of its enqueue never runs (it
         ends ``cancelled``, reason "expired"; docs/flow-control.md "Expiry").
+        ``fair_key=lambda tenant_id, *_, **__: str(tenant_id)``: jobs take turns by key
+        within their queue (docs/flow-control.md "Fair keys").
         """
         retry_types = check_exception_types("retry_on", retry_on)
         discard_types = check_exception_types("discard_on", discard_on)
@@ -370,6 +376,7 @@ class JobsApp(ResultsApp):
                 backoff_takes_exception=backoff_exc, encrypt=encrypt, chunk=chunk,
                 requires=required,
                 expires_in=expiry,
+                fair_key=fair_key,
             )
             task = Task(self, func, options, self.codec)
             self.tasks[task_name] = task

@@ -20,6 +20,7 @@ from .._storage import (
     DbHealth,
     DepthPoint,
     FailureGroup,
+    FairKeyRow,
     JobCountCappedParams,
     JobFailureGroupsParams,
     JobFilter,
@@ -98,6 +99,10 @@ class Operations:
     async def requiring(self) -> list[RequiresCount]:
         """Waiting jobs that require worker labels, per queue and requirement."""
         return await (await self.app.storage()).job_count_requiring()
+
+    async def fair_keys(self, queue: str) -> list[FairKeyRow]:
+        """A queue's fair keys with waiting jobs (or a weight), by key."""
+        return await self.app.list_fair_keys_async(queue)
 
     async def queue_rows(self) -> list[QueueRow]:
         return await (await self.app.storage()).queue_list()

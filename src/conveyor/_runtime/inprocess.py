@@ -436,7 +436,8 @@ class InProcessRunner:
         if producer is None:
             producer = self._producers[queue] = Producer(
                 self._storage, queue, 1, self.node_id, self._lease_ttl, self._fetch,
-                lambda job, _: self._ready.append(job), self._admit, self._labels, self._tasks)
+                lambda job, _: self._ready.append(job), self._admit, self._labels, self._tasks,
+                fair_probe_interval=0.0)  # every claim: drain() takes turns at once
         row = self._rows.get(queue)
         rate = RateLimit(row.rate_limit) if row is not None and row.rate_limit else None
         producer.apply(paused=bool(row and row.paused), limit=1, rate_limit=rate)

@@ -13,6 +13,10 @@ from .._storage import JobFetchAvailableParams, Storage
 
 log = logging.getLogger("conveyor.producer")
 
+#: Seconds between a plain producer's looks for fair-keyed work in its queue (one probe
+#: of the fair index): a plain queue's claims stay today's statement.
+FAIR_PROBE_INTERVAL = 1.0
+
 #: Admits claimed jobs past rate and concurrency limits; returns those that may run now.
 Admit = Callable[[list[Job], "Producer"], Awaitable[list[Job]]]
 
@@ -34,6 +38,7 @@ class Producer:
         admit: Admit | None = None,
         labels: Mapping[str, str] | None = None,
         tasks: Sequence[str] | None = None,
+        fair_probe_interval: float = FAIR_PROBE_INTERVAL,
     ) -> None:
         self.queue = queue
         #: The limit this node was started with (-q / -c); settings may override it.
@@ -67,6 +72,11 @@ class Producer:
         #: claim; without, the plain one (jobs that require no labels).
         self._labels = dict(labels) if labels else None
         self._tasks = tuple(tasks) if tasks is not None else None
+        #: Claim round-robin across fair keys (the queue has fair-keyed work), and when
+        #: a plain producer last looked for some (loop time; -inf: look at once).
+        self.fair = False
+        self._fair_probed = float("-inf")
+        self._fair_probe_interval = fair_probe_interval
 
     def wake(self) -> None:
         self._wake.set()
@@ -95,10 +105,17 @@ class Producer:
         if self.paused or demand <= 0:
             self.idle, self.saturated = self.running == 0, False
             return 0
+        await self._probe_fair()
         jobs = await self._storage.job_fetch_available(
             JobFetchAvailableParams(self.queue, demand, self._owner, self._lease_ttl,
-                                    self._labels, self._tasks)
+                                    self._labels, self._tasks, self.fair)
         )
+        if self.fair:
+            if len(jobs) < demand and not any(j.fair_key for j in jobs):
+                self.fair = False  # the fair-keyed work is done: today's claim again
+                self._fair_probed = asyncio.get_running_loop().time()
+        elif any(j.fair_key is not None for j in jobs):
+            self.fair = True  # a plain claim met fair-keyed work: take turns from now on
         self.idle = not jobs and self.running == 0
         self.saturated = len(jobs) == demand
         admitted = await self._admit(jobs, self) if self._admit is not None and jobs else jobs
@@ -106,6 +123,15 @@ class Producer:
             self.running += 1
             self._start(job, self)
         return len(admitted)
+
+    async def _probe_fair(self) -> None:
+        """A plain producer looks for fair-keyed work now and then (FAIR_PROBE_INTERVAL)."""
+        if self.fair:
+            return
+        now = asyncio.get_running_loop().time()
+        if now - self._fair_probed >= self._fair_probe_interval:
+            self._fair_probed = now
+            self.fair = await self._storage.job_fair_pending(self.queue)
 
     async def run(self, stopping: asyncio.Event) -> None:
         failures = 0

@@ -13,6 +13,8 @@ from .._errors import DatabaseUnavailableError
 from .base import BaseStorage
 from .control_types import (
     ConcurrencyGroup,
+    FairKeyRow,
+    FairWeightSetParams,
     JobPruneParams,
     LeaderElectParams,
     LeaderResignParams,
@@ -29,6 +31,7 @@ from .control_types import (
     ScheduleUpsertParams,
 )
 from .cooldown_types import QueueCooldownRaiseParams, QueueCooldownRow
+from .fairness import FairKey, keys_ahead
 from .job_types import (
     FailureGroup,
     JobAck,
@@ -156,6 +159,9 @@ __all__ = [
     "DepthPoint",
     "EdgeRow",
     "FailureGroup",
+    "FairKey",
+    "FairKeyRow",
+    "FairWeightSetParams",
     "JobAck",
     "JobAckManyParams",
     "JobArchiveParams",
@@ -220,6 +226,7 @@ __all__ = [
     "drop_database",
     "fast_constructor",
     "insert_with_arguments",
+    "keys_ahead",
     "load_migrations",
     "load_queries",
     "loads",

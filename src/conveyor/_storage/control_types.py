@@ -185,3 +185,23 @@ class JobPruneParams:
     queue: str | None = None
     #: Queues left to their own passes (they have a retention of their own).
     exclude_queues: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FairKeyRow:
+    """A fair key of a queue: its waiting (available) jobs, weight and virtual time."""
+
+    queue: str
+    key: str
+    waiting: int
+    weight: float
+    vtime: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FairWeightSetParams:
+    """A fair key's weight in a queue (``app.set_fair_weight``)."""
+
+    queue: str
+    key: str
+    weight: float

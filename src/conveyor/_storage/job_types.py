@@ -42,6 +42,8 @@ class JobInsert:
     #: ``Unique(on_conflict="replace")``: a waiting holder of the key takes this job's
     #: arguments and run time (``unique.py``) instead of being returned as it is.
     unique_replace: bool = False
+    #: The key whose jobs take turns with other keys' in claims (docs "Fair keys").
+    fair_key: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,6 +61,9 @@ class JobFetchAvailableParams:
     @property
     def routed(self) -> bool:
         return bool(self.labels) or self.tasks is not None
+    #: Claim round-robin across the queue's fair keys (``fairness.py``) instead of in
+    #: plain order: chosen per queue by its producer, so a plain queue pays nothing.
+    fair: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -63,13 +63,13 @@ class LazyInserts(Sequence[JobInsert]):
 
 
 def is_plain(jobs: Sequence[JobInsert]) -> bool:
-    """Not empty, no unique key to check, no labels required and no expiry (the plain
-    statements and COPY write none of them); read from ``LazyInserts`` without making
-    its jobs."""
+    """Not empty, no unique key to check, no labels required, no expiry and no fair
+    key (the plain statements and COPY write none of them); read from ``LazyInserts``
+    without making its jobs."""
     if isinstance(jobs, LazyInserts):
         return jobs.plain and len(jobs) > 0
     return bool(jobs) and all(j.unique_key is None is j.requires_json and j.expires_in is None
-                              and j.expires_at is None for j in jobs)
+                              and j.expires_at is None and j.fair_key is None for j in jobs)
 
 
 def queues_of(jobs: Sequence[JobInsert]) -> list[str]:

@@ -19,6 +19,8 @@ from typing import Any, Protocol
 from .._job import Job
 from .control_types import (
     ConcurrencyGroup,
+    FairKeyRow,
+    FairWeightSetParams,
     JobPruneParams,
     LeaderElectParams,
     LeaderResignParams,
@@ -213,6 +215,15 @@ class Storage(Protocol):
 
     async def limiter_list(self) -> list[LimiterRow]:
         """Every declared limiter with its live holders."""
+
+    async def job_fair_pending(self, queue: str) -> bool:
+        """Does ``queue`` have available fair-keyed jobs? (its producer then claims with
+        ``JobFetchAvailableParams(fair=True)``)"""
+
+    async def fair_weight_set(self, params: FairWeightSetParams) -> None: ...
+
+    async def fair_key_list(self, queue: str, *, limit: int = 1000) -> list[FairKeyRow]:
+        """A queue's fair keys with waiting jobs or a weight, by key."""
 
     async def queue_cooldown_raise(self, params: QueueCooldownRaiseParams) -> QueueCooldownRow:
         """Start or grow the queue's cluster-wide cool-down; returns it as it now is."""

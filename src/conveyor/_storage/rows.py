@@ -141,6 +141,7 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
     i_prog, i_pmsg = at.get("progress"), at.get("progress_message")  # schema 11
     i_req = at.get("requires")  # schema 18
     i_expires = at.get("expires_at")  # schema 19
+    i_fair = at.get("fair_key")  # schema 20
     return [
         make_job(id=r[i_id], task=r[i_task], queue=r[i_queue], args=js(r[i_args]),
                  kwargs=js(r[i_kwargs]), priority=r[i_prio], state=STATES[r[i_state]],
@@ -159,7 +160,8 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
                  progress=None if i_prog is None else r[i_prog],
                  progress_message=None if i_pmsg is None else r[i_pmsg],
                  requires=None if i_req is None else js(r[i_req]),
-                 expires_at=None if i_expires is None else ts(r[i_expires]))
+                 expires_at=None if i_expires is None else ts(r[i_expires]),
+                 fair_key=None if i_fair is None else r[i_fair])
         for r in rows
     ]
 
@@ -174,6 +176,7 @@ CLAIM_COLUMNS = (
     "run_time", "workflow_id", "batch_id", "deps_pending", "progress", "progress_message",
     "requires",
     "expires_at",
+    "fair_key",
 )
 #: JSON columns, read as text on both dialects and decoded by the Job on first access.
 CLAIM_JSON = frozenset({"args", "kwargs", "errors", "tags", "meta", "requires"})
@@ -331,7 +334,7 @@ _INSERTED_FIELDS = {
     "state": "_STATES[s]", "attempt": "0", "max_attempts": "j.max_attempts",
     "scheduled_at": "due if type(due) is _dt else ts(due)",
     "created_at": "made if type(made) is _dt else ts(made)", "errors": "_list",
-    "concurrency_key": "j.concurrency_key",
+    "concurrency_key": "j.concurrency_key", "fair_key": "j.fair_key",
 }
 #: JSON fields of an insert: the empty values most jobs carry are made without a
 #: ``JsonText``; any other value is decoded on first read.

@@ -72,8 +72,10 @@ def load_queries(dialect: str) -> dict[str, str]:
             if name in queries:
                 raise ValueError(f"query {name!r} defined twice for {dialect}")
             queries[name] = body.strip().rstrip(";")
-    claim = queries["job_fetch_available"]  # its columns are listed once, in rows.py
-    queries["job_fetch_available"] = claim.replace("{claim_columns}", claim_returning(dialect))
+    returning = claim_returning(dialect)  # a claim's columns are listed once, in rows.py
+    for name in ("job_fetch_available", "job_fetch_available_fair",
+                 "job_fetch_available_fair_plain"):
+        queries[name] = queries[name].replace("{claim_columns}", returning)
     queries.update(routed_claims(queries))
     return queries
 

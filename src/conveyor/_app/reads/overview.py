@@ -45,10 +45,16 @@ class QueueView:
     #: Waiting jobs that require worker labels: (the labels, how many, whether a live
     #: worker of the queue has them).
     requiring: list[tuple[str, int, bool]] = dataclasses.field(default_factory=list)
+    #: Fair keys with waiting jobs, most waiting first: (key, waiting jobs, weight).
+    fair: list[tuple[str, int, float]] = dataclasses.field(default_factory=list)
 
     @property
     def requiring_total(self) -> int:
         return sum(n for _, n, _ in self.requiring)
+
+    @property
+    def fair_waiting(self) -> int:
+        return sum(n for _, n, _ in self.fair)
 
 
 #: Why the per-minute figures are missing when no metric was ever recorded.
@@ -100,6 +106,8 @@ async def queues(ops: Operations, counts: list[StateCount] | None = None) -> lis
     names = sorted(set(rows) | set(by_queue) | {q for n in nodes for q in n.queues} | set(hour))
     out = []
     for name in names:
+        fair = [(k.key, k.waiting, k.weight) for k in await ops.fair_keys(name) if k.waiting
+                ] if by_queue.get(name, {}).get("available") else []
         row = rows.get(name)
         serving = [n for n in nodes if name in n.queues]
         metrics = hour.get(name, {})
@@ -114,6 +122,7 @@ async def queues(ops: Operations, counts: list[StateCount] | None = None) -> lis
             completed_retention=row.completed_retention if row else None,
             discarded_retention=row.discarded_retention if row else None,
             requiring=requiring.get(name, []),
+            fair=sorted(fair, key=lambda f: (-f[1], f[0])),
         ))
     return out
 

@@ -120,9 +120,15 @@ async def claim(conn: psycopg.AsyncConnection[Any], sql: str,
                 values: Mapping[str, Any]) -> list[Job]:
     """Run the claim (``rows.CLAIM_COLUMNS``, JSON as text); its Jobs, arguments and
     the other JSON columns decoded on first access."""
+    return claimed_from_datetimes(await claim_rows(conn, sql, values), values["owner"])
+
+
+async def claim_rows(conn: psycopg.AsyncConnection[Any], sql: str,
+                     values: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """A claim's tuple rows (``rows.CLAIM_COLUMNS`` in order)."""
     cur = conn.cursor(row_factory=tuple_row)
     await cur.execute(sql, values)
-    return claimed_from_datetimes(await cur.fetchall(), values["owner"])
+    return await cur.fetchall()
 
 
 async def ack_many(fetch: Fetch, batch: Sequence[JobAck], node: str | None,

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from ..._errors import DatabaseUnavailableError, SchemaError
 from ..._job import JobState
 from ..base import changed_jobs
-from ..composition import CompositionStorage
+from ..fair_storage import FairStorage
 from ..freelist import FreeList
 from ..job_types import (
     JobBulkParams,
@@ -79,7 +79,7 @@ _UNPREPARED = frozenset({
 
 
 
-class PostgresPools(CompositionStorage):
+class PostgresPools(FairStorage):
     """The PostgreSQL backend's pools, its LISTEN connections, the statements' runner
     (reserved connections for the hot writes, prepared or not), its lifecycle and schema
     checks: everything ``PostgresStorage`` runs its statements through."""

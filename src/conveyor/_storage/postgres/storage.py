@@ -28,6 +28,7 @@ from ..control_types import (
     RateGrant,
     RateRequest,
 )
+from ..fairness import MAX_ROUNDS, PLAIN, FairPlan, key_rows, rows_by_key
 from ..gcra import gcra
 from ..job_types import (
     JobAck,
@@ -41,7 +42,7 @@ from ..job_types import (
 from ..lazy_inserts import is_plain
 from ..limiter_types import LimiterSlotParams
 from ..metric_types import MetricRow
-from ..rows import job_from_row, leader_row, sort_for_claim
+from ..rows import CLAIM_COLUMNS, claimed_from_datetimes, job_from_row, leader_row, sort_for_claim
 from ..unique import run_async, run_sync, unique_insert
 from ..workflow import Steps
 from . import batch, workflow
@@ -63,6 +64,15 @@ def _floats(values: Iterable[float | None]) -> list[float | None]:
     return [None if v is None else float(v) for v in values]
 
 
+_PRIORITY, _SCHEDULED, _FAIR_KEY = (CLAIM_COLUMNS.index(c) for c in
+                                    ("priority", "scheduled_at", "fair_key"))
+
+
+def _claim_order(row: Any) -> tuple[Any, ...]:
+    """A claim row's place in claim order (RETURNING order is not guaranteed)."""
+    return (-row[_PRIORITY], row[_SCHEDULED], row[0])
+
+
 #: A batch the plain paths take: not empty, and no unique key to check.
 _plain = is_plain
 
@@ -73,7 +83,9 @@ class PostgresStorage(PostgresPools):
     # -- jobs: the batch paths ---------------------------------------------------------------
 
     def _insert_values(self, jobs: Sequence[JobInsert]) -> dict[str, Any]:
-        return batch.insert_values(jobs, self._config.channel)
+        values = batch.insert_values(jobs, self._config.channel)
+        values["fair_key"] = [j.fair_key for j in jobs]  # job_insert's alone (not plain)
+        return values
 
     @staticmethod
     def _keys(keys: list[str]) -> dict[str, Any]:
@@ -188,14 +200,53 @@ class PostgresStorage(PostgresPools):
     async def job_fetch_available(self, params: JobFetchAvailableParams) -> list[Job]:
         values = {"queue": params.queue, "limit": params.limit, "owner": params.owner,
                   "lease_ttl": params.lease_ttl}
-        name = "job_fetch_available"
+        routed = "_routed" if params.routed else ""
         if params.routed:  # a worker with labels or a task filter
-            name += "_routed"
             values["labels"] = json.dumps(dict(params.labels or {}))
             values["tasks"] = None if params.tasks is None else list(params.tasks)
+        if params.fair:
+            return await self._fair_claim(params, values, routed)
         async with self._conn() as conn:  # tuple rows: no dict per claimed job
-            jobs = await batch.claim(conn, self._q[name], values)
+            jobs = await batch.claim(conn, self._q["job_fetch_available" + routed], values)
         return sort_for_claim(jobs)
+
+    async def _fair_claim(self, params: JobFetchAvailableParams, values: dict[str, Any],
+                          routed: str) -> list[Job]:
+        """Rounds of ``FairPlan`` in one transaction, under the queue's fair lock: each
+        round one statement for the named keys (LATERAL), one for the keyless jobs."""
+        keys = self._fair_keys_values(params.queue)
+        claim = {**values, **keys}
+        named_sql = self._q["job_fetch_available_fair" + routed]
+        plain_sql = self._q["job_fetch_available_fair_plain" + routed]
+        async with self._transaction() as conn:
+            await self._fetch("job_fair_lock", keys, conn)
+            plan = FairPlan(self._fair_keys_read(
+                keys, await self._fetch("job_fair_keys", keys, conn)), params.limit)
+            for _ in range(MAX_ROUNDS):
+                step = plan.round()
+                if step is None:
+                    break
+                priority, asked = step
+                got: dict[str, list[Any]] = {}
+                named = [k for k in asked if k != PLAIN]
+                if named:
+                    rows = await batch.claim_rows(conn, named_sql, {
+                        **claim, "fair_key": named, "limit": [asked[k] for k in named],
+                        "priority": priority})
+                    got.update(rows_by_key(sorted(rows, key=_claim_order), _FAIR_KEY))
+                if PLAIN in asked:
+                    got[PLAIN] = sorted(await batch.claim_rows(conn, plain_sql, {
+                        **claim, "priority": priority, "limit": asked[PLAIN]}),
+                        key=_claim_order)
+                if not plan.served(asked, got):
+                    break
+                plan.refresh(key_rows(await self._fetch("job_fair_keys", keys, conn)))
+            served = plan.vtimes()
+            if served:
+                await self._fetch("job_fair_served", {"queue": params.queue,
+                                                      "fair_key": list(served),
+                                                      "vtime": list(served.values())}, conn)
+        return claimed_from_datetimes(plan.rows(), params.owner)  # in turn order
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         # One UPDATE cannot apply two acks to one row; SQLite applies them in turn, where

@@ -14,20 +14,23 @@ WITH inserted AS (
     INSERT INTO conveyor_jobs
         (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
          scheduled_at, created_at, unique_key, unique_states, concurrency_key, requires,
-         expires_at)
+         expires_at, fair_key)
     SELECT b.task, b.queue, b.args::jsonb, b.kwargs::jsonb, b.priority, b.max_attempts,
            b.tags::jsonb, b.meta::jsonb,
            CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
            b.unique_key, b.unique_states, b.concurrency_key, b.requires::jsonb,
-           coalesce(b.expires_at, now() + b.expires_in * interval '1 second')
+           coalesce(b.expires_at, now() + b.expires_in * interval '1 second'),
+           b.fair_key
     FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(kwargs)b::text[],
                 %(priority)b::smallint[], %(max_attempts)b::integer[], %(tags)b::text[],
                 %(meta)b::text[], %(delay)b::float8[], %(run_at)b::timestamptz[],
                 %(unique_key)b::text[], %(unique_states)b::text[], %(concurrency_key)b::text[],
-                %(requires)b::text[], %(expires_in)b::float8[], %(expires_at)b::timestamptz[])
+                %(requires)b::text[], %(expires_in)b::float8[], %(expires_at)b::timestamptz[],
+                %(fair_key)b::text[])
          WITH ORDINALITY
          AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at,
-              unique_key, unique_states, concurrency_key, requires, expires_in, expires_at, ord)
+              unique_key, unique_states, concurrency_key, requires, expires_in, expires_at,
+              fair_key, ord)
     CROSS JOIN LATERAL (
         SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
     ) AS d

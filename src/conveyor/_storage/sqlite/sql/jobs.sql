@@ -6,11 +6,12 @@
 -- Jobs with an expiry come this way too (the plain batch paths leave expires_at NULL).
 INSERT INTO conveyor_jobs
     (task, queue, args, kwargs, priority, max_attempts, tags, meta, state, scheduled_at, created_at,
-     unique_key, unique_states, concurrency_key, requires, expires_at)
+     unique_key, unique_states, concurrency_key, requires, expires_at,
+     fair_key)
 SELECT :task, :queue, :args, :kwargs, :priority, :max_attempts, :tags, :meta,
        CASE WHEN due > now THEN 'scheduled' ELSE 'available' END, due, now,
        :unique_key, :unique_states, :concurrency_key, :requires,
-       coalesce(:expires_at, now + :expires_in)
+       coalesce(:expires_at, now + :expires_in), :fair_key
 FROM (SELECT coalesce(:run_at, now + coalesce(:delay, 0.0)) AS due, now
       FROM (SELECT (julianday('now') - 2440587.5) * 86400.0 AS now))
 WHERE true

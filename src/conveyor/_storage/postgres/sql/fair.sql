@@ -1,0 +1,125 @@
+-- Conveyor named queries, PostgreSQL dialect: fair keys (docs/flow-control.md "Fair keys").
+-- The plan (which key gives how many jobs) is fairness.py's; these read and write it.
+-- A claim takes a transaction-scoped lock per queue first (job_fair_lock): fair claims
+-- of one queue take turns across processes, so the keys' virtual times are exact.
+
+-- name: job_fair_pending
+-- Does the queue have fair-keyed work? (a producer's occasional look: the fair index)
+SELECT EXISTS (SELECT 1 FROM conveyor_jobs
+               WHERE state = 'available' AND queue = %(queue)s::text
+                 AND fair_key IS NOT NULL) AS pending;
+
+-- name: job_fair_lock
+SELECT pg_advisory_xact_lock(hashtext('conveyor_fair'), hashtext(%(queue)s::text));
+
+-- name: job_fair_keys
+-- The keys with available work (a skip scan of the fair index, one probe per key:
+-- ORDER BY ... LIMIT 1, not min(), so that no plan reads the whole range), each with
+-- its next job's priority, its weight and virtual time; then the queue's jobs without
+-- a key, as key '', if one is among its first LOOKAHEAD jobs (0: not looked for).
+WITH RECURSIVE k(fair_key) AS (
+    SELECT (SELECT fair_key FROM conveyor_jobs
+            WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
+            ORDER BY fair_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.fair_key FROM conveyor_jobs AS j
+            WHERE j.state = 'available' AND j.queue = %(queue)s::text AND j.fair_key IS NOT NULL
+              AND j.fair_key > k.fair_key
+            ORDER BY j.fair_key LIMIT 1)
+    FROM k WHERE k.fair_key IS NOT NULL
+)
+SELECT k.fair_key,
+       (SELECT j.priority FROM conveyor_jobs AS j
+        WHERE j.state = 'available' AND j.queue = %(queue)s::text AND j.fair_key IS NOT NULL
+          AND j.fair_key = k.fair_key
+        ORDER BY j.priority DESC LIMIT 1) AS priority,
+       coalesce(f.weight, 1.0) AS weight, coalesce(f.vtime, 0.0) AS vtime
+FROM k LEFT JOIN conveyor_fair_keys AS f
+    ON f.queue = %(queue)s::text AND f.fair_key = k.fair_key
+WHERE k.fair_key IS NOT NULL
+UNION ALL
+SELECT '', h.priority, coalesce(f.weight, 1.0), coalesce(f.vtime, 0.0)
+FROM (SELECT max(priority) AS priority
+      FROM (SELECT priority, fair_key FROM conveyor_jobs
+            WHERE state = 'available' AND queue = %(queue)s::text
+            ORDER BY priority DESC, scheduled_at, id LIMIT %(lookahead)s) AS a
+      WHERE fair_key IS NULL) AS h
+LEFT JOIN conveyor_fair_keys AS f ON f.queue = %(queue)s::text AND f.fair_key = ''
+WHERE h.priority IS NOT NULL;
+
+-- name: job_fetch_available_fair
+-- Each key's next jobs at one priority (parallel arrays of keys and counts), in one
+-- statement: a LATERAL probe of the fair index per key.
+UPDATE conveyor_jobs AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    attempted_at = now(),
+    lease_owner = %(owner)s::text,
+    lease_token = 1 + floor(random() * 9.0e18)::bigint,
+    lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+FROM (
+    SELECT c.id
+    FROM unnest(%(fair_key)s::text[], %(limit)s::integer[]) AS k(fair_key, n)
+    CROSS JOIN LATERAL (
+        SELECT id FROM conveyor_jobs
+        WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
+          AND fair_key = k.fair_key AND priority = %(priority)s::smallint
+          AND requires IS NULL  -- routed: job_claim_route (schema.routed_claims)
+        ORDER BY priority DESC, scheduled_at, id
+        LIMIT k.n
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+) AS p
+WHERE j.id = p.id
+RETURNING {claim_columns};
+
+-- name: job_fetch_available_fair_plain
+-- The next jobs without a fair key at one priority, among the queue's first
+-- %(lookahead)s jobs in plain order (the UPDATE re-checks each row's state).
+UPDATE conveyor_jobs AS j
+SET state = 'running',
+    attempt = j.attempt + 1,
+    attempted_at = now(),
+    lease_owner = %(owner)s::text,
+    lease_token = 1 + floor(random() * 9.0e18)::bigint,
+    lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+FROM (
+    SELECT id FROM (SELECT id, priority, fair_key FROM conveyor_jobs
+                    WHERE state = 'available' AND queue = %(queue)s::text
+                      AND requires IS NULL  -- routed: job_claim_route
+                    ORDER BY priority DESC, scheduled_at, id LIMIT %(lookahead)s) AS a
+    WHERE fair_key IS NULL AND priority = %(priority)s::smallint
+    LIMIT %(limit)s
+) AS p
+WHERE j.id = p.id AND j.state = 'available'
+RETURNING {claim_columns};
+
+-- name: job_fair_served
+-- The served keys' new virtual times (parallel arrays).
+INSERT INTO conveyor_fair_keys (queue, fair_key, vtime)
+SELECT %(queue)s::text, s.fair_key, s.vtime
+FROM unnest(%(fair_key)s::text[], %(vtime)s::float8[]) AS s(fair_key, vtime)
+ON CONFLICT (queue, fair_key) DO UPDATE SET vtime = excluded.vtime;
+
+-- name: fair_weight_set
+INSERT INTO conveyor_fair_keys (queue, fair_key, weight)
+VALUES (%(queue)s::text, %(fair_key)s::text, %(weight)s::float8)
+ON CONFLICT (queue, fair_key) DO UPDATE SET weight = excluded.weight;
+
+-- name: fair_key_list
+-- A queue's keys with waiting (available) jobs, then its keys with a weight set and
+-- none waiting.
+SELECT w.queue, w.fair_key, w.waiting, coalesce(f.weight, 1.0) AS weight,
+       coalesce(f.vtime, 0.0) AS vtime
+FROM (SELECT queue, fair_key, count(*) AS waiting FROM conveyor_jobs
+      WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
+      GROUP BY queue, fair_key) AS w
+LEFT JOIN conveyor_fair_keys AS f ON f.queue = %(queue)s::text AND f.fair_key = w.fair_key
+UNION ALL
+SELECT f.queue, f.fair_key, 0, f.weight, f.vtime FROM conveyor_fair_keys AS f
+WHERE f.fair_key <> '' AND f.queue = %(queue)s::text
+  AND NOT EXISTS (SELECT 1 FROM conveyor_jobs AS j
+                  WHERE j.state = 'available' AND j.queue = f.queue
+                    AND j.fair_key IS NOT NULL AND j.fair_key = f.fair_key)
+ORDER BY 1, 2
+LIMIT %(limit)s;

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import random
+import time
 from multiprocessing.synchronize import Barrier
 from typing import Any
 
@@ -32,9 +34,11 @@ def build(url: str | None) -> Debounce:
 
 
 def hammer(url: str, who: str, rounds: int, delay: float, barrier: Barrier,
-           results: Any) -> None:
+           results: Any, pause_every: int = 0) -> None:
     """One racing process: after every process is ready, enqueue ``rounds`` times the
-    same key (document 7) with this process's arguments; report each job id."""
+    same key (document 7) with this process's arguments; report each job id. With
+    ``pause_every``, a pause of up to 0.1 s after that many enqueues lets the job come
+    due, so that a worker claims it while the racers replace it."""
     debounce = build(url)
     try:
         debounce.app.count_jobs()  # connect (and check the schema) before the race
@@ -43,6 +47,8 @@ def hammer(url: str, who: str, rounds: int, delay: float, barrier: Barrier,
             text = f"{who}-{n}"
             job = debounce.index.options(delay=delay).enqueue(7, text, tag=text)
             results.put((who, n, job.id, job.duplicate, os.getpid()))
+            if pause_every and n % pause_every == pause_every - 1:
+                time.sleep(random.uniform(0.0, 0.1))
     finally:
         debounce.app.close()
 

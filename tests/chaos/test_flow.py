@@ -296,15 +296,18 @@ def test_rate_limit_over_four_workers(
 
 
 DEBOUNCE_ROUNDS = pick(150, 1000)
-#: The debounce delay: short, so that the worker runs jobs while the racers replace them.
-DEBOUNCE_DELAY = 0.05
+#: No debounce delay: each job is available at once, so the worker's claims race the
+#: racers' replacements head on.
+DEBOUNCE_DELAY = 0.0
+#: Each racer pauses (up to 0.1 s) after this many enqueues: the job comes due meanwhile.
+DEBOUNCE_PAUSE_EVERY = 20
 
 
 def test_debounce_raced_by_two_processes(
     db_url: str, chaos_dir: Path, started: float, request: pytest.FixtureRequest
 ) -> None:
     """Two processes enqueue one ``Unique(on_conflict="replace")`` key as fast as they
-    can (delay 50 ms) while a worker process runs what comes due: every job runs once,
+    can (no delay) while a worker process claims and runs it: every job runs once,
     with the arguments of one enqueue whole (args and kwargs never mixed), at most one
     waits at a time, no enqueue is lost, and the last write wins."""
     env = {**os.environ, "CONVEYOR_URL": db_url,
@@ -355,7 +358,8 @@ def test_debounce_raced_by_two_processes(
           f"at most {max_waiting} waiting at once")
     finish(Result(10, "debounce raced by two processes", backend_of(db_url), enqueues,
                   f"2 processes x {DEBOUNCE_ROUNDS} enqueues of one Unique(on_conflict="
-                  f"'replace') key, {DEBOUNCE_DELAY * 1000:g} ms delay, a worker running them",
+                  f"'replace') key, no delay, a pause of up to "
+                  f"0.1 s every {DEBOUNCE_PAUSE_EVERY}, a worker running them",
                   request.node.nodeid, out,
                   notes="each job must run once with one enqueue's arguments whole; the "
                         "last write (after the race) must be the one that runs last",
@@ -372,7 +376,8 @@ def _race_debounce(db_url: str, debounce: debounce_app.Debounce
     barrier = ctx.Barrier(2)
     results: Any = ctx.Queue()
     procs = [ctx.Process(target=debounce_app.hammer,
-                         args=(db_url, who, DEBOUNCE_ROUNDS, DEBOUNCE_DELAY, barrier, results))
+                         args=(db_url, who, DEBOUNCE_ROUNDS, DEBOUNCE_DELAY, barrier, results,
+                               DEBOUNCE_PAUSE_EVERY))
              for who in ("a", "b")]
     for proc in procs:
         proc.start()

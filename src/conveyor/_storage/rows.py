@@ -142,6 +142,7 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
     i_req = at.get("requires")  # schema 18
     i_expires = at.get("expires_at")  # schema 19
     i_fair = at.get("fair_key")  # schema 20
+    i_dup = at.get("duplicate")  # job_replace_unique says which rows it replaced
     return [
         make_job(id=r[i_id], task=r[i_task], queue=r[i_queue], args=js(r[i_args]),
                  kwargs=js(r[i_kwargs]), priority=r[i_prio], state=STATES[r[i_state]],
@@ -161,7 +162,8 @@ def jobs_from_rows(columns: Sequence[str], rows: Iterable[Sequence[Any]],
                  progress_message=None if i_pmsg is None else r[i_pmsg],
                  requires=None if i_req is None else js(r[i_req]),
                  expires_at=None if i_expires is None else ts(r[i_expires]),
-                 fair_key=None if i_fair is None else r[i_fair])
+                 fair_key=None if i_fair is None else r[i_fair],
+                 duplicate=False if i_dup is None else bool(r[i_dup]))
         for r in rows
     ]
 

@@ -33,9 +33,9 @@ KeyValues = Callable[[list[str]], Any]
 def unique_insert(jobs: Sequence[JobInsert], values: Values, key_values: KeyValues) -> Steps:
     """Run ``job_insert`` then ``job_get_unique`` until every job has its row. A job of
     ``Unique(on_conflict="replace")`` whose key is held goes to ``job_replace_unique``
-    instead: one conditional UPDATE that gives a still-waiting holder its arguments and
-    run time (a holder claimed meanwhile no longer matches, has left the key's states,
-    and the next round inserts the job anew). Several jobs of one replacing key in one
+    instead: one statement that gives a still-waiting holder its arguments and run time,
+    or inserts the job anew when a claim started the holder meanwhile (PostgreSQL's
+    upsert; on SQLite nothing runs between the two statements). Several jobs of one replacing key in one
     batch are one job, the last of them (``_collapse``)."""
     todo, alias = _collapse(jobs)
     out: list[Job | None] = [None] * len(todo)
@@ -136,7 +136,8 @@ def fill_duplicates(
     by_key = {j.unique_key: j for j in holders}
     for i, job in enumerate(jobs):
         if out[i] is None and job.unique_key in by_key and job.unique_replace == replaced:
-            out[i] = dataclasses.replace(by_key[job.unique_key], duplicate=True)
+            row = by_key[job.unique_key]  # a replacing row says itself if it was inserted
+            out[i] = row if replaced else dataclasses.replace(row, duplicate=True)
 
 
 def _merge(out: list[Job | None], got: list[Job | None],

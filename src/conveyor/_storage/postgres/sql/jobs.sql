@@ -46,30 +46,50 @@ SELECT inserted.* FROM inserted CROSS JOIN woken
 ORDER BY inserted.id;
 
 -- name: job_replace_unique
--- Unique(on_conflict="replace") (debounce): each key's holder, while it still waits,
--- takes its job's arguments, run time, concurrency key and expiry, in one statement. A
--- holder a claim has locked is waited for and then no longer matches (it is running,
--- outside the key's states, which are the waiting ones): its job is inserted anew. The
--- caller sends one job per key.
+-- Unique(on_conflict="replace") (debounce), for the jobs whose job_insert met a holder
+-- of their key: one upsert. While the holder still waits it takes the job's arguments,
+-- run time, concurrency key, fair key and expiry; if it has left the key's states meanwhile (a
+-- claim started it: the states are the waiting ones), the job goes in as a new one.
+-- PostgreSQL decides which atomically (a holder a claim has locked is waited for, then
+-- the insert is tried again), so a racing claim never makes the enqueue fail. The caller
+-- sends one job per key (a row cannot be upserted twice in one statement); duplicate
+-- says which rows were replaced rather than inserted.
 WITH replaced AS (
-    UPDATE conveyor_jobs AS j
-    SET args = b.args::jsonb,
-        kwargs = b.kwargs::jsonb,
-        state = CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END,
-        scheduled_at = d.due,
-        concurrency_key = b.concurrency_key,
-        expires_at = coalesce(b.expires_at, now() + b.expires_in * interval '1 second')
-    FROM unnest(%(unique_key)b::text[], %(args)b::text[], %(kwargs)b::text[],
-                %(delay)b::float8[], %(run_at)b::timestamptz[], %(concurrency_key)b::text[],
-                %(expires_in)b::float8[], %(expires_at)b::timestamptz[])
-         AS b(unique_key, args, kwargs, delay, run_at, concurrency_key, expires_in, expires_at)
+    INSERT INTO conveyor_jobs AS j
+        (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
+         scheduled_at, created_at, unique_key, unique_states, concurrency_key, requires,
+         expires_at, fair_key)
+    SELECT b.task, b.queue, b.args::jsonb, b.kwargs::jsonb, b.priority, b.max_attempts,
+           b.tags::jsonb, b.meta::jsonb,
+           CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
+           b.unique_key, b.unique_states, b.concurrency_key, b.requires::jsonb,
+           coalesce(b.expires_at, now() + b.expires_in * interval '1 second'),
+           b.fair_key
+    FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(kwargs)b::text[],
+                %(priority)b::smallint[], %(max_attempts)b::integer[], %(tags)b::text[],
+                %(meta)b::text[], %(delay)b::float8[], %(run_at)b::timestamptz[],
+                %(unique_key)b::text[], %(unique_states)b::text[], %(concurrency_key)b::text[],
+                %(requires)b::text[], %(expires_in)b::float8[], %(expires_at)b::timestamptz[],
+                %(fair_key)b::text[])
+         WITH ORDINALITY
+         AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at,
+              unique_key, unique_states, concurrency_key, requires, expires_in, expires_at,
+              fair_key, ord)
     CROSS JOIN LATERAL (
         SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
     ) AS d
-    WHERE j.unique_key = b.unique_key
-      AND j.state IN ('scheduled', 'available', 'retryable')
-      AND strpos(j.unique_states, ',' || j.state || ',') > 0
-    RETURNING j.*
+    ORDER BY b.ord
+    ON CONFLICT (unique_key)
+        WHERE unique_key IS NOT NULL AND strpos(unique_states, ',' || state || ',') > 0
+    DO UPDATE SET args = excluded.args,
+                  kwargs = excluded.kwargs,
+                  state = excluded.state,
+                  scheduled_at = excluded.scheduled_at,
+                  concurrency_key = excluded.concurrency_key,
+                  expires_at = excluded.expires_at,
+                  fair_key = excluded.fair_key
+    WHERE j.state IN ('scheduled', 'available', 'retryable')
+    RETURNING j.*, j.xmax <> 0 AS duplicate
 ), woken AS (
     SELECT count(pg_notify(%(channel)s, q.queue)) AS n
     FROM (SELECT DISTINCT queue FROM replaced WHERE state = 'available') AS q

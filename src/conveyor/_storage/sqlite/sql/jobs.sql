@@ -20,9 +20,10 @@ RETURNING *;
 
 -- name: job_replace_unique
 -- Unique(on_conflict="replace") (debounce), one key per call (the caller loops inside
--- its transaction): the key's holder, while it still waits, takes this job's arguments,
--- run time, concurrency key and expiry. A holder that has started no longer holds the
--- key (its states are the waiting ones) and matches nothing: the job is inserted anew.
+-- its transaction, right after job_insert met the holder: one writer, so the holder is
+-- still there): the holder takes this job's arguments, run time, concurrency key, fair
+-- key and expiry. (PostgreSQL's statement is an upsert: a claim may start the holder between
+-- its statements.)
 UPDATE conveyor_jobs
 SET args = :args,
     kwargs = :kwargs,
@@ -33,11 +34,12 @@ SET args = :args,
     scheduled_at = coalesce(:run_at, (julianday('now') - 2440587.5) * 86400.0
                                      + coalesce(:delay, 0.0)),
     concurrency_key = :concurrency_key,
-    expires_at = coalesce(:expires_at, (julianday('now') - 2440587.5) * 86400.0 + :expires_in)
+    expires_at = coalesce(:expires_at, (julianday('now') - 2440587.5) * 86400.0 + :expires_in),
+    fair_key = :fair_key
 WHERE unique_key = :unique_key
   AND state IN ('scheduled', 'available', 'retryable')
   AND instr(unique_states, ',' || state || ',') > 0
-RETURNING *;
+RETURNING *, 1 AS duplicate;
 
 -- name: job_get_unique
 -- One key per call on SQLite (the caller loops inside its transaction).

@@ -310,8 +310,9 @@ def test_a_worker_never_runs_an_expired_job_and_a_running_one_is_not_affected(
         ran.append(("quick", n))
         return n
 
-    # a lease longer than the clock moves, or the running job would be rescued
-    config = dataclasses.replace(FAST, expire_interval=0.05, lease_ttl=600.0)
+    # a lease and a node ttl longer than the clock moves: the running job, its node
+    # seen silent for the minute skipped, would be rescued
+    config = dataclasses.replace(FAST, expire_interval=0.05, lease_ttl=600.0, node_ttl=600.0)
 
     async def main() -> None:
         try:

@@ -270,3 +270,19 @@ def test_two_processes_debouncing_one_key_make_exactly_one_job(db_url: str) -> N
         assert final.id == job_id and _get(debounce.app, job_id).args == [7, "final"]
     finally:
         debounce.app.close()
+
+
+def test_a_replacement_takes_the_new_expiry_and_fair_key(app: Conveyor) -> None:
+    @app.task(unique=Unique(key=lambda doc_id, tenant: str(doc_id), on_conflict="replace"),
+              fair_key=lambda doc_id, tenant: tenant)
+    def index(doc_id: int, tenant: str) -> None: ...
+
+    first = index.options(expires_in=600).enqueue(7, "acme")
+    again = index.options(expires_in=60).enqueue(7, "globex")
+    assert again.id == first.id
+    stored = _get(app, first.id)
+    assert stored.args == [7, "globex"] and stored.fair_key == "globex"
+    assert first.expires_at is not None and stored.expires_at is not None
+    assert (first.expires_at - stored.expires_at).total_seconds() > 500
+    plain = index.enqueue(7, "initech")  # no expiry this time: the replacement has none
+    assert plain.id == first.id and _get(app, first.id).expires_at is None

@@ -394,3 +394,24 @@ def test_limiters_under_drain_with_a_virtual_clock(db_url: str) -> None:
         assert len(holders) == 2 and all(":job-" in h for h in holders)
     finally:
         app.close()
+
+
+def test_the_sync_forms_refuse_to_block_an_event_loop(app: Conveyor) -> None:
+    ocr = app.limiter("ocr", concurrency=1)
+
+    @app.task
+    async def wrong() -> None:
+        with ocr:  # blocks the worker's loop: refused, the job fails with why
+            pass
+
+    async def main() -> None:
+        for form in (lambda: ocr.acquire(), lambda: ocr.hold().__enter__(),
+                     lambda: ocr.__enter__()):
+            with pytest.raises(RuntimeError, match="async with limiter"):
+                form()
+
+    run_then_close(app, main)
+    wrong.enqueue()
+    result = app.drain()
+    assert len(result.retried) == 1 and "async with limiter" in (result.retried[0].error or "")
+    assert app.list_limiters()[0].holders == ()

@@ -98,6 +98,18 @@ def _key_text(key: object) -> str:
     return text
 
 
+def _not_on_a_loop(name: str) -> None:
+    """The sync forms block while they wait: on an event loop's thread (an async
+    handler) that would stall every task of the loop, the worker's heartbeats too."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(f"limiter {name!r}: the sync form blocks, and this thread runs an "
+                       "event loop: use 'async with limiter' or 'await "
+                       "limiter.acquire_async()' in async code")
+
+
 def _in_job() -> int | None:
     """The id of the job the caller runs, None outside a handler."""
     try:
@@ -165,6 +177,7 @@ class Limiter:
         Outside a job, ``LimitExceeded`` after ``timeout`` seconds (the limiter's by
         default); in a handler, the job is snoozed after ``wait`` seconds."""
         job, seconds, text = self._call(key, timeout, wait)
+        _not_on_a_loop(self.name)
         return self._app._sync(self._acquire(text, seconds, job, sync=True))
 
     async def acquire_async(self, key: str | int | None = None, *,

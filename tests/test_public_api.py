@@ -53,6 +53,7 @@ EXPORTED = [
     "Explanation",
     "InvalidStateError",
     "Job",
+    "JobEdit",
     "JobCancelledError",
     "JobContext",
     "JobDiscardedError",

@@ -27,6 +27,7 @@ from conveyor._storage import (
     JobAckManyParams,
     JobBulkParams,
     JobClaimOneParams,
+    JobEditParams,
     JobExpireParams,
     JobFetchAvailableParams,
     JobFilter,
@@ -56,6 +57,7 @@ SILENT_WRITES: dict[str, str] = {
 }
 
 NO_JOB_WRITES = frozenset({
+    "job_edit_list", "job_count_requiring",
     # connection, schema, capabilities, subscriptions
     "capabilities", "open", "close", "schema_pending", "migrate", "db_health",
     "wake_subscribe", "finish_subscribe", "table_dead_rows", "table_vacuum",
@@ -168,6 +170,11 @@ async def _retry(s: Any, raw: Storage) -> set[int]:
     return {(await s.job_retry(job_id)).id}
 
 
+async def _retry_edited(s: Any, raw: Storage) -> set[int]:
+    job_id = min(await finished(raw, JobState.DISCARDED))
+    return {(await s.job_retry_edited(job_id, JobEditParams("[1]", "{}", "test"))).id}
+
+
 async def _cancel(s: Any, raw: Storage) -> set[int]:
     (job,) = await raw.job_insert_many([ins()])
     return {(await s.job_cancel(job.id)).id}
@@ -228,6 +235,7 @@ EMITTING: dict[str, Scenario] = {
     "job_stage_due": _stage_due,
     "job_stage_early": _stage_early,
     "job_retry": _retry,
+    "job_retry_edited": _retry_edited,
     "job_cancel": _cancel,
     "job_retry_matching": _retry_matching,
     "job_discard_matching": _discard_matching,

@@ -49,6 +49,7 @@ if _typing.TYPE_CHECKING:
         Batch,
         Conveyor,
         Dependency,
+        JobEdit,
         Limiter,
         Permit,
         QueueInfo,
@@ -71,7 +72,7 @@ if _typing.TYPE_CHECKING:
 #: Public name -> the module that defines it, imported on first use (PEP 562): ``import
 #: conveyor`` stays cheap (no worker, no storage, no driver), and ``conveyor --help`` with it.
 _LAZY_MODULES: dict[str, tuple[str, ...]] = {
-    "._app": ("Batch", "Conveyor", "Dependency", "Limiter", "Permit", "QueueInfo", "ScheduleInfo",
+    "._app": ("Batch", "Conveyor", "Dependency", "JobEdit", "Limiter", "Permit", "QueueInfo", "ScheduleInfo",
               "WorkflowEdge", "WorkflowInfo", "WorkflowRun"),
     "._config": ("ConveyorConfig", "WorkerConfig"),
     "._context": ("JobContext", "current_job"),
@@ -124,6 +125,7 @@ __all__ = [
     "JobCancelledError",
     "JobContext",
     "JobDiscardedError",
+    "JobEdit",
     "JobFailedError",
     "JobNotFoundError",
     "JobSpec",

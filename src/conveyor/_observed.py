@@ -25,6 +25,7 @@ from ._storage import (
     JobBulkParams,
     JobChanged,
     JobClaimOneParams,
+    JobEditParams,
     JobExpireParams,
     JobFetchAvailableParams,
     JobInsert,
@@ -237,6 +238,12 @@ class ObservedStorage:
     async def job_retry(self, job_id: int) -> Job | None:
         before = await self._state_before(job_id)
         job = await self.inner.job_retry(job_id)
+        self.hooks.changed(job, before, self.source)
+        return job
+
+    async def job_retry_edited(self, job_id: int, params: JobEditParams) -> Job | None:
+        before = await self._state_before(job_id)
+        job = await self.inner.job_retry_edited(job_id, params)
         self.hooks.changed(job, before, self.source)
         return job
 

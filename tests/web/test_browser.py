@@ -128,7 +128,7 @@ def test_operator_flows(session: tuple[Any, str, Conveyor, Shots]) -> None:
     page.click(f"tr[data-job='{charge.id}'] >> a >> nth=0")
     page.wait_for_selector("text=Timeline")
     shot("job", full_page=True)
-    page.click("button:has-text('Retry')")
+    page.click(".actions button:has-text('Retry')")
     page.wait_for_selector("text=is back in its queue")
     assert state_of(app, charge.id) == JobState.AVAILABLE
 

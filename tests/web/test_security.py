@@ -167,8 +167,10 @@ def test_secrets_are_redacted_and_long_args_truncated(browser: Browser, world: C
     assert "x" * 5000 in browser.get(f"/jobs/{long.id}").text
 
 
-def test_no_route_enqueues_or_edits_jobs(browser: Browser) -> None:
-    for path in ("/enqueue", "/jobs", "/jobs/1", "/jobs/1/edit", "/jobs/1/args", "/tasks"):
+def test_no_route_enqueues_jobs_or_edits_them_outside_a_retry(browser: Browser) -> None:
+    """The one edit there is, edit and retry (``/jobs/ID/edit``), gives a job a retry
+    would take new arguments for its own task (tests/test_edit_retry.py)."""
+    for path in ("/enqueue", "/jobs", "/jobs/1", "/jobs/1/args", "/jobs/1/update", "/tasks"):
         assert browser.post(path).status_code in (404, 405), path
 
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .._job import Job, JobState
-from .._storage import FairKeyRow, JobFilter, LeaderRow, LimiterRow, Migration, NodeRow
+from .._storage import FairKeyRow, JobEdit, JobFilter, LeaderRow, LimiterRow, Migration, NodeRow
 from .._task import JobSpec
 from .._workflow import Chain, Chord, Group, Workflow
 from .composition import Batch, Dependency, WorkflowInfo, WorkflowRun
@@ -57,9 +57,17 @@ class Conveyor(TestingApp):
         """Example: ``app.wait_job(42, timeout=60).result``"""
         return self._sync(self.wait_job_async(job_id, timeout))
 
-    def retry_job(self, job_id: int, *, source: str = "api") -> Job:
-        """Example: ``app.retry_job(42)`` (``InvalidStateError`` if it cannot be)"""
-        return self._sync(self.retry_job_async(job_id, source=source))
+    def retry_job(self, job_id: int, *, args: Sequence[Any] | None = None,
+                  kwargs: Mapping[str, Any] | None = None, source: str = "api",
+                  user: str | None = None) -> Job:
+        """Example: ``app.retry_job(42)`` (``InvalidStateError`` if it cannot be);
+        edit and retry: ``app.retry_job(42, args=["fixed@example.com"])``"""
+        return self._sync(self.retry_job_async(job_id, args=args, kwargs=kwargs,
+                                               source=source, user=user))
+
+    def job_edits(self, job_id: int) -> list[JobEdit]:
+        """Example: ``app.job_edits(42)[-1].args_before`` (oldest first)"""
+        return self._sync(self.job_edits_async(job_id))
 
     def cancel_job(self, job_id: int, *, source: str = "api") -> Job:
         """Example: ``app.cancel_job(42)``"""

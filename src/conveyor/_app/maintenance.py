@@ -17,9 +17,9 @@ import contextlib
 import dataclasses
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .. import _payload
 from .._config import WorkerConfig
@@ -28,6 +28,7 @@ from .._job import DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
 from .._runtime.pruner import plan_passes, prune_passes
 from .._storage import (
     JobBulkParams,
+    JobEdit,
     JobFilter,
     JobPruneParams,
     JobPurgeParams,
@@ -35,6 +36,7 @@ from .._storage import (
     Storage,
 )
 from .control import ControlApp
+from .edits import edit_params
 from .jobs import _check_id
 
 #: What a purge deletes when no state is named: finished jobs only. Waiting jobs are
@@ -74,17 +76,38 @@ class MaintenanceApp(ControlApp):
 
     # -- one job --------------------------------------------------------------------------
 
-    async def retry_job_async(self, job_id: int, *, source: str = "api") -> Job:
+    async def retry_job_async(self, job_id: int, *, args: Sequence[Any] | None = None,
+                              kwargs: Mapping[str, Any] | None = None, source: str = "api",
+                              user: str | None = None) -> Job:
         """Put a finished or waiting job back in its queue now, with one more attempt.
+
+        With ``args`` and/or ``kwargs`` (edit and retry), the job runs with those instead
+        (one left out stays as it was), checked and encoded as an enqueue of its task
+        would be (``TypeError``/``ValueError`` before anything changes); the edit is
+        recorded with the arguments it replaced, ``source`` and ``user`` (who asked, when
+        the interface knows), and shown in the job's timeline (``job_edits``).
 
         ``source`` names who asked in the state-change event (``"api"``; the CLI says
         ``"cli"``, the dashboard ``"dashboard"``). No such job: ``JobNotFoundError``; a
         job in a state that cannot be retried: ``InvalidStateError`` (its ``job``)."""
         storage = await self.storage_for(source)
-        job = await storage.job_retry(_check_id(job_id))
+        if args is None and kwargs is None:
+            job = await storage.job_retry(_check_id(job_id))
+        else:
+            current = await storage.job_get(_check_id(job_id))
+            if current is None:
+                raise JobNotFoundError(f"no job with id {job_id}")
+            params = edit_params(self.tasks, self.config.max_payload_bytes, current, args,
+                                 kwargs, source, user)
+            job = await storage.job_retry_edited(job_id, params)
         if job is None:
             await refuse(storage, job_id, "retried", RETRYABLE_FROM)
         return self._bound([job])[0]
+
+    async def job_edits_async(self, job_id: int) -> list[JobEdit]:
+        """The edits of a job's arguments (``retry_job(..., args=...)``), oldest first:
+        when, who asked, and the arguments before and after."""
+        return await (await self.storage()).job_edit_list(_check_id(job_id))
 
     async def cancel_job_async(self, job_id: int, *, source: str = "api") -> Job:
         """Cancel a queued job at once; a running job is stopped by its worker. Errors

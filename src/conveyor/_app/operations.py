@@ -12,7 +12,7 @@ refusal raises as it does for the Python API.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._job import Job, JobState
 from .._storage import (
@@ -22,6 +22,7 @@ from .._storage import (
     FailureGroup,
     FairKeyRow,
     JobCountCappedParams,
+    JobEdit,
     JobFailureGroupsParams,
     JobFilter,
     JobQueueDeleteParams,
@@ -165,6 +166,16 @@ class Operations:
     async def retry_job(self, job_id: int) -> Job:
         """Back in its queue now, with one more attempt (``app.retry_job_async``)."""
         return await self.app.retry_job_async(job_id, source=self.source)
+
+    async def retry_job_edited(self, job_id: int, args: Any, kwargs: Any,
+                               user: str | None = None) -> Job:
+        """Edit and retry (``app.retry_job_async(..., args=, kwargs=)``), attributed to
+        ``source`` and ``user``."""
+        return await self.app.retry_job_async(job_id, args=args, kwargs=kwargs,
+                                              source=self.source, user=user)
+
+    async def job_edits(self, job_id: int) -> list[JobEdit]:
+        return await self.app.job_edits_async(job_id)
 
     async def cancel_job(self, job_id: int) -> Job:
         """Cancelled at once if waiting; a running job is stopped by its worker."""

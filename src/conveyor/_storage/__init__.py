@@ -31,6 +31,7 @@ from .control_types import (
     ScheduleUpsertParams,
 )
 from .cooldown_types import QueueCooldownRaiseParams, QueueCooldownRow
+from .edit_types import JobEdit, JobEditParams
 from .fairness import FairKey, keys_ahead
 from .job_types import (
     FailureGroup,
@@ -169,6 +170,8 @@ __all__ = [
     "JobChanged",
     "JobClaimOneParams",
     "JobCountCappedParams",
+    "JobEdit",
+    "JobEditParams",
     "JobExpireParams",
     "JobFailureGroupsParams",
     "JobFetchAvailableParams",

@@ -17,13 +17,14 @@ import json
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from .._errors import unique_held
 from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, Job, JobState, loads
 from .control_types import (
     JobPruneParams,
 )
+from .edit_types import JobEdit, JobEditParams
 from .job_types import (
     FailureGroup,
     JobArchiveParams,
@@ -180,6 +181,34 @@ class BaseStorage(ToolkitStorage):
             self._woke([job.queue])
         return job
 
+    async def job_retry_edited(self, job_id: int, params: JobEditParams) -> Job | None:
+        """``job_retry`` with new arguments: the edit recorded (with the arguments it
+        replaced), the arguments replaced and the job retried, in one transaction. A
+        finished job in history is moved back first (as ``job_retry``'s history step)."""
+        values = {"id": job_id, "args": params.args_json, "kwargs": params.kwargs_json,
+                  "source": params.source, "actor": params.actor}
+        try:
+            for _ in range(2):
+                picked, rows = await self._move("job_edit_pick", _EDIT, values)
+                if picked:
+                    job = self._one(rows)
+                    if job is not None:
+                        self._woke([job.queue])
+                    return job
+                moved, _ = await self._move("job_history_pick", _RESTORE,
+                                            {"id": job_id, **self._ids([job_id])})
+                if not moved:
+                    return None
+        except self.unique_violation:  # the unique index: another live job holds the key
+            raise unique_held(job_id) from None
+        return None
+
+    async def job_edit_list(self, job_id: int) -> list[JobEdit]:
+        rows = await self._read("job_edit_list", {"id": job_id})
+        return [JobEdit(cast(datetime, ts(r["at"])), r["source"], r["actor"],
+                        loads(r["args_before"]) or [], loads(r["kwargs_before"]) or {},
+                        loads(r["args"]) or [], loads(r["kwargs"]) or {}) for r in rows]
+
     async def job_cancel(self, job_id: int) -> Job | None:
         job = self._one(await self._write("job_cancel", {"id": job_id}))
         if job is not None and job.state.is_final:
@@ -206,6 +235,7 @@ class BaseStorage(ToolkitStorage):
         await self._write("node_prune", {"age": params.node_age})
         await self._write("rate_limit_prune", {"age": params.node_age})
         await self._write("limiter_slot_prune", {})
+        await self._write("job_edit_prune", {"limit": params.limit})
         return deleted
 
     # -- maintenance: delete one job, purge many (<dialect>/sql/maintenance.sql) ---------
@@ -367,6 +397,8 @@ class BaseStorage(ToolkitStorage):
 
 #: Moving jobs back from history to the hot table, after a pick: copy, then delete.
 _RESTORE = ("job_history_restore", "job_history_delete")
+#: Edit and retry, after job_edit_pick: record, replace, retry (the job's row comes back).
+_EDIT = ("job_edit_record", "job_edit_apply", "job_retry")
 #: The states history holds.
 _FINAL = tuple(sorted(FINAL_STATES))
 

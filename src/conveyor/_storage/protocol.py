@@ -37,6 +37,7 @@ from .control_types import (
     ScheduleUpsertParams,
 )
 from .cooldown_types import QueueCooldownRaiseParams, QueueCooldownRow
+from .edit_types import JobEdit, JobEditParams
 from .job_types import (
     FailureGroup,
     JobAckManyParams,
@@ -145,6 +146,12 @@ class Storage(Protocol):
     async def job_list(self, params: JobListParams) -> list[Job]: ...
 
     async def job_retry(self, job_id: int) -> Job | None: ...
+
+    async def job_retry_edited(self, job_id: int, params: JobEditParams) -> Job | None:
+        """``job_retry`` with new arguments, the edit recorded (``job_edit_list``)."""
+
+    async def job_edit_list(self, job_id: int) -> list[JobEdit]:
+        """The edits of a job's arguments, oldest first."""
 
     async def job_cancel(self, job_id: int) -> Job | None: ...
 

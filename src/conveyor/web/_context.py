@@ -139,6 +139,11 @@ class Context:
                             samesite="strict", secure=request.url.scheme == "https")
         return response
 
+    @staticmethod
+    def user(request: Request) -> str | None:
+        """The basic-auth user name, when the dashboard has one (else None)."""
+        return _basic_user(request.headers.get("authorization"))
+
     def audit(self, request: Request, action: str, **fields: object) -> None:
         """Every action is logged, with who did it when basic auth says so."""
         user = _basic_user(request.headers.get("authorization"))

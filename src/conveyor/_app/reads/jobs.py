@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from ..._errors import JobNotFoundError
 from ..._job import DISCARDABLE_FROM, RETRYABLE_FROM, Job, JobState
 from ..._payload_crypt import sealed_key
 from ..._redact import Redactor
-from ..._storage import JobFilter
+from ..._storage import JobEdit, JobFilter
 from ..maintenance import bulk_filter
 
 if TYPE_CHECKING:
@@ -133,6 +134,12 @@ class JobDetail:
     callback_of: int | None = None
     #: How its task runs in chunks ("up to 100 jobs per handler call, ..."), else None.
     chunk: str | None = None
+    #: Operators' edits of its arguments (edit and retry), oldest first.
+    edits: list[JobEdit] = dataclasses.field(default_factory=list)
+    #: The arguments as JSON to start an edit from, when they may be shown whole (not
+    #: sealed, nothing redacted); None: the edit form starts empty.
+    edit_args: str | None = None
+    edit_kwargs: str | None = None
 
 
 def _parse_time(value: Any) -> datetime | None:
@@ -143,10 +150,18 @@ def _parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def timeline(job: Job) -> list[TimelineEntry]:
+def timeline(job: Job, edits: Sequence[JobEdit] = ()) -> list[TimelineEntry]:
     """The job's history as its row tells it: enqueue, due time, each failed attempt,
-    the last start, the end (there is no separate event log)."""
+    the last start, the end; and the operators' edits of its arguments (their own
+    table, ``job_edits``)."""
     entries = [TimelineEntry(job.created_at, "enqueued", f"queue {job.queue}")]
+    for edit in edits:
+        changed = [n for n, a, b in (("args", edit.args_before, edit.args),
+                                     ("kwargs", edit.kwargs_before, edit.kwargs)) if a != b]
+        who = edit.source + (f" (user {edit.actor})" if edit.actor else "")
+        what = " and ".join(changed) or "nothing"
+        entries.append(TimelineEntry(edit.at, "edited and retried",
+                                     f"{what} changed, asked by {who}", "edit"))
     if (job.scheduled_at - job.created_at).total_seconds() > 1:
         entries.append(TimelineEntry(job.scheduled_at, "due", "scheduled to run"))
     for error in job.errors:
@@ -208,8 +223,13 @@ async def job_detail(ops: Operations, job_id: int, redact: Redactor) -> JobDetai
         return None
     hosts = ({n.id: (n.hostname, n.pid) for n in await ops.nodes()} if job.ran_on else {})
     shown = redact(job)  # the timeline and the attempts quote its errors
+    edits = await ops.job_edits(job.id)
+    whole = (sealed_key(job.args, job.kwargs) is None
+             and (shown.args, shown.kwargs) == (job.args, job.kwargs))
     return JobDetail(
-        shown, timeline(shown), can_retry=job.state in RETRYABLE_FROM,
+        shown, timeline(shown, edits), can_retry=job.state in RETRYABLE_FROM,
+        edits=edits, edit_args=_json(job.args) if whole else None,
+        edit_kwargs=_json(job.kwargs) if whole else None,
         can_cancel=job.state in (*DISCARDABLE_FROM, JobState.RUNNING) and not job.cancel_requested,
         can_discard=job.state in DISCARDABLE_FROM, attempts=attempt_runs(shown, hosts),
         sealed=sealed_key(job.args, job.kwargs),
@@ -227,6 +247,10 @@ def _chunk(ops: Operations, job: Job) -> str | None:
         return None
     return (f"up to {chunk.size} jobs per handler call, gathered for up to {chunk.wait:g}s "
             "after the first is claimed")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
 
 
 async def _why_waiting(ops: Operations, job: Job) -> list[str]:

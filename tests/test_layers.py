@@ -84,7 +84,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conveyor._app.maintenance", "conveyor._app.named", "conveyor._app.operations",
         "conveyor._app.pipeline",
         "conveyor._app.gcpause", "conveyor._app.edits", "conveyor._app.limiters", "conveyor._app.permits",
-        "conveyor._app.results", "conveyor._app.testing",
+        "conveyor._app.results", "conveyor._app.search", "conveyor._app.testing",
         "conveyor._app.reads", "conveyor._app.reads.composition", "conveyor._app.reads.jobs",
         "conveyor._app.reads.metrics", "conveyor._app.reads.overview",
         "conveyor._app.reads.series",

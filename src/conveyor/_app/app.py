@@ -43,10 +43,14 @@ class Conveyor(TestingApp):
     def list_jobs(
         self, *, state: JobState | str | None = None, queue: str | None = None,
         task: str | None = None, limit: int = 50, before_id: int | None = None,
+        tag: str | None = None, args_contains: Mapping[str, Any] | None = None,
     ) -> list[Job]:
-        """Newest first. Example: ``app.list_jobs(state="discarded", limit=10)``"""
+        """Newest first. Example: ``app.list_jobs(state="discarded", limit=10)``;
+        by tag or keyword argument (within the newest 100,000 jobs):
+        ``app.list_jobs(tag="vip", args_contains={"order_id": 1234})``"""
         return self._sync(self.list_jobs_async(
-            state=state, queue=queue, task=task, limit=limit, before_id=before_id))
+            state=state, queue=queue, task=task, limit=limit, before_id=before_id,
+            tag=tag, args_contains=args_contains))
 
     def wait_jobs(self, jobs: Sequence[Job | int], timeout: float | None = None, *,
                   raise_failed: bool = True) -> list[Job]:

@@ -17,8 +17,10 @@ from .._job import MAX_ID, Job, JobState
 from .._limits import KeyFunc, RateLimit, Unique
 from .._routing import check_requires
 from .._storage import (
+    JobFilter,
     JobInsert,
     JobListParams,
+    JobSearchParams,
     LazyInserts,
     Storage,
 )
@@ -30,6 +32,7 @@ from .._task_retry import (
     backoff_takes_exception,
     check_exception_types,
 )
+from . import search
 from .caller import caller_connection, caller_connection_async, insert_on_thread_of
 from .gcpause import paused_for
 from .pipeline import InsertPipeline
@@ -209,6 +212,7 @@ class JobsApp(ResultsApp):
     async def list_jobs_async(
         self, *, state: JobState | str | None = None, queue: str | None = None,
         task: str | None = None, limit: int = 50, before_id: int | None = None,
+        tag: str | None = None, args_contains: Mapping[str, Any] | None = None,
     ) -> list[Job]:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
             raise ValueError("limit must be an int from 1 to 10000")
@@ -219,7 +223,22 @@ class JobsApp(ResultsApp):
             limit=limit,
             before_id=_before_id(before_id),
         )
-        return self._bound(await (await self.storage()).job_list(params))
+        if tag is None and args_contains is None:
+            return self._bound(await (await self.storage()).job_list(params))
+        return self._bound(await self._search_jobs(params, tag, args_contains))
+
+    async def _search_jobs(self, params: JobListParams, tag: str | None,
+                           args_contains: Mapping[str, Any] | None) -> list[Job]:
+        """``list_jobs`` by tag or argument value: a filtered search over the newest
+        ``search.SCAN`` jobs (neither can use an index; see ``_app/search.py``)."""
+        flt = JobFilter(
+            states=(params.state,) if params.state else (), queue=params.queue,
+            task=params.task, tag=search.check_tag(tag) if tag is not None else None,
+            args_contains=(search.check_args_contains(args_contains)
+                           if args_contains is not None else None))
+        storage = await self.storage()
+        flt = await search.bound(storage, flt)
+        return await storage.job_search(JobSearchParams(flt, params.limit, params.before_id))
 
     async def count_jobs_async(self, *, queue: str | None = None) -> dict[str, int]:
         """Jobs per state, every state present (zero when none)."""

@@ -40,6 +40,7 @@ from .._storage import (
     create_storage,
     load_migrations,
 )
+from . import search
 from .maintenance import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
 
 if TYPE_CHECKING:
@@ -150,12 +151,7 @@ class Operations:
     async def bounded(self, flt: JobFilter, scan: int) -> JobFilter:
         """A search in args covers the newest ``scan`` jobs only, so it stays fast on any
         table (ids grow with time; the newest id is one index lookup away)."""
-        if not flt.text or flt.min_id is not None:
-            return flt
-        newest = await self.search_jobs(JobFilter(), 1)
-        if not newest or newest[0].id <= scan:
-            return flt
-        return dataclasses.replace(flt, min_id=newest[0].id - scan + 1)
+        return await search.bound(await self.app.storage(), flt, scan)
 
     async def failure_groups(self, queue: str | None, task: str | None) -> list[FailureGroup]:
         storage = await self.app.storage()

@@ -194,6 +194,9 @@ class JobFilter:
     tag: str | None = None
     #: Case-insensitive substring of the JSON of args and kwargs.
     text: str | None = None
+    #: Keyword arguments to match, as canonical JSON: a dict whose leaves are JSON
+    #: scalars, nested dicts matched by path (``conveyor._app.search``).
+    args_contains: str | None = None
     #: A failure group's key: the first line of the job's last error (200 chars at most).
     error_key: str | None = None
     ids: tuple[int, ...] = ()

@@ -8,8 +8,10 @@ through ``_render.safe`` and jobs through the dashboard's redaction rule
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
+from typing import Any
 
 import click
 from rich import box
@@ -18,7 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .._app import Conveyor, Dependency, JobFilter
+from .._app import Conveyor, Dependency, JobFilter, search
 from .._app.operations import Operations
 from .._job import Job, JobState
 from .._redact import redact_secrets
@@ -51,20 +53,46 @@ from .maintenance import job_commands
 # -- list and show -----------------------------------------------------------------------
 
 
-async def list_jobs(
-    app: Conveyor, state: str | None, queue: str | None, task: str | None, limit: int
-) -> list[Job]:
+async def list_jobs(app: Conveyor, filters: ListFilters, limit: int) -> list[Job]:
     try:
-        return await app.list_jobs_async(state=state, queue=queue, task=task, limit=limit)
-    except ValueError as exc:  # a malformed queue or task name
+        return await app.list_jobs_async(
+            state=filters.state, queue=filters.queue, task=filters.task, limit=limit,
+            tag=filters.tag, args_contains=filters.args or None)
+    except (ValueError, TypeError) as exc:  # a malformed name, tag or argument filter
         raise click.UsageError(str(exc)) from None
 
 
-async def count_listed(app: Conveyor, state: str | None, queue: str | None,
-                       task: str | None) -> int:
-    """How many jobs ``jobs list``'s filters match, counted up to ``COUNT_CAP``."""
-    flt = JobFilter(states=(JobState(state),) if state else (), queue=queue, task=task)
-    return await Operations(app, source="cli").count_matching(flt, COUNT_CAP)
+@dataclasses.dataclass(frozen=True, slots=True)
+class ListFilters:
+    """``jobs list``'s filters; ``args`` from its ``--arg NAME=VALUE`` options."""
+
+    state: str | None = None
+    queue: str | None = None
+    task: str | None = None
+    tag: str | None = None
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, state: str | None, queue: str | None, task: str | None, tag: str | None,
+              arg: Sequence[str]) -> ListFilters:
+        try:
+            args = search.args_from_pairs(list(arg))
+            if args:
+                search.check_args_contains(args)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--arg") from None
+        return cls(state, queue, task, tag, args)
+
+
+async def count_listed(app: Conveyor, filters: ListFilters) -> int:
+    """How many jobs ``jobs list``'s filters match, counted up to ``COUNT_CAP`` (a search
+    by tag or argument within the newest ``search.SCAN`` jobs)."""
+    flt = JobFilter(states=(JobState(filters.state),) if filters.state else (),
+                    queue=filters.queue, task=filters.task, tag=filters.tag,
+                    args_contains=(search.check_args_contains(filters.args)
+                                   if filters.args else None))
+    ops = Operations(app, source="cli")
+    return await ops.count_matching(await ops.bounded(flt, search.SCAN), COUNT_CAP)
 
 
 #: ``jobs list`` counts the jobs its filters match up to this many (then "100,000+").
@@ -250,18 +278,24 @@ def jobs() -> None:
 @click.option("--state", type=click.Choice(STATES), help="Only jobs in this state.")
 @click.option("--queue", help="Only jobs of this queue.")
 @click.option("--task", "task_name", help="Only jobs of this task.")
+@click.option("--tag", help="Only jobs with this tag.")
+@click.option("--arg", "arg", multiple=True, metavar="NAME=VALUE",
+              help="Only jobs with this keyword argument (VALUE as JSON when it parses, "
+                   "else text; a.b=V reaches into a dict); repeatable.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @secrets_option
 @json_option
 @common_options
-def jobs_list(state: str | None, queue: str | None, task_name: str | None, limit: int,
-              secrets: bool, as_json: bool, app_path: str | None, url: str | None) -> None:
-    """List jobs, newest first."""
+def jobs_list(state: str | None, queue: str | None, task_name: str | None, tag: str | None,
+              arg: tuple[str, ...], limit: int, secrets: bool, as_json: bool,
+              app_path: str | None, url: str | None) -> None:
+    """List jobs, newest first. With --tag or --arg, among the newest 100,000 jobs."""
+    filters = ListFilters.parse(state, queue, task_name, tag, arg)
     app = open_app(app_path, url)
-    found = run_async(app, lambda: list_jobs(app, state, queue, task_name, limit))
+    found = run_async(app, lambda: list_jobs(app, filters, limit))
     matching = None
     if len(found) == limit and not as_json:  # --limit may have cut the list
-        matching = run_async(app, lambda: count_listed(app, state, queue, task_name))
+        matching = run_async(app, lambda: count_listed(app, filters))
     show_jobs(found, as_json=as_json, secrets=secrets, matching=matching)
 
 

@@ -17,14 +17,16 @@ from ..._payload_crypt import sealed_key
 from ..._redact import Redactor
 from ..._storage import JobEdit, JobFilter
 from ..maintenance import bulk_filter
+from ..search import SCAN
 
 if TYPE_CHECKING:
     from ..operations import Operations
 
 #: Characters of args shown in a list row; the detail page shows them all.
 PREVIEW_CHARS = 120
-#: A search in args reads at most the newest this many jobs (it cannot use an index).
-TEXT_SCAN = 100_000
+#: A search in args (or by tag) reads at most the newest this many jobs (it cannot use
+#: an index; ``_app/search.py``).
+TEXT_SCAN = SCAN
 
 
 def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
@@ -65,7 +67,7 @@ class JobsPage:
 
 
 async def bounded(ops: Operations, flt: JobFilter) -> JobFilter:
-    """A search in args covers the newest ``TEXT_SCAN`` jobs only."""
+    """A search in args or by tag covers the newest ``TEXT_SCAN`` jobs only."""
     return await ops.bounded(flt, TEXT_SCAN)
 
 

@@ -119,7 +119,7 @@ class SQLiteStorage(FairStorage):
             "states": "," + ",".join(s.value for s in f.states) + "," if f.states else None,
             "queue": f.queue, "task": f.task, "tag": f.tag, "text": f.text or None,
             "error_key": f.error_key, "ids": json.dumps(list(f.ids)) if f.ids else None,
-            "min_id": f.min_id,
+            "min_id": f.min_id, "args_paths": _args_paths(f.args_contains),
         }
 
     async def _change_matching(self, params: JobBulkParams, allowed: Sequence[JobState],
@@ -465,3 +465,25 @@ class SQLiteStorage(FairStorage):
             return n + c.execute(self._q["metrics_depth_prune"], values).rowcount
 
         return await self._thread.call_write(run)
+
+
+def _args_paths(args_contains: str | None) -> str | None:
+    """``{"order": {"id": 7}}`` as ``[["$.\"order\".\"id\"", 7, "real"]]``: each
+    value with its JSON path and its type as search.sql compares it (SQLite's json_type
+    with integer/real and true/false merged)."""
+    if args_contains is None:
+        return None
+    found: list[list[Any]] = []
+
+    def walk(value: dict[str, Any], path: str) -> None:
+        for key, item in value.items():
+            where = f'{path}."{key}"'
+            if isinstance(item, dict):
+                walk(item, where)
+            else:
+                kind = ("null" if item is None else "false" if isinstance(item, bool)
+                        else "text" if isinstance(item, str) else "real")
+                found.append([where, item, kind])
+
+    walk(json.loads(args_contains), "$")
+    return json.dumps(found)

@@ -10,6 +10,7 @@ WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
   AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+  AND (%(args)s::jsonb IS NULL OR j.kwargs @> %(args)s::jsonb)
   AND (%(text)s::text IS NULL
        OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
   AND (%(error_key)s::text IS NULL
@@ -28,6 +29,7 @@ WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
   AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+  AND (%(args)s::jsonb IS NULL OR j.kwargs @> %(args)s::jsonb)
   AND (%(text)s::text IS NULL
        OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
   AND (%(error_key)s::text IS NULL
@@ -46,6 +48,8 @@ SELECT count(*) AS n FROM (
       AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
       AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
       AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+      AND (%(args)s::jsonb IS NULL OR j.kwargs @> %(args)s::jsonb)
+  AND (%(args)s::jsonb IS NULL OR j.kwargs @> %(args)s::jsonb)
       AND (%(text)s::text IS NULL
            OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
       AND (%(error_key)s::text IS NULL
@@ -106,6 +110,7 @@ WHERE j.state = ANY(%(allowed)s::text[])
   AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
   AND (%(task)s::text IS NULL OR j.task = %(task)s::text)
   AND (%(tag)s::text IS NULL OR j.tags ? %(tag)s::text)
+  AND (%(args)s::jsonb IS NULL OR j.kwargs @> %(args)s::jsonb)
   AND (%(text)s::text IS NULL
        OR strpos(lower(j.args::text || ' ' || j.kwargs::text), lower(%(text)s::text)) > 0)
   AND (%(error_key)s::text IS NULL

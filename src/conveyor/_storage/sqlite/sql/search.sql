@@ -10,6 +10,10 @@ WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
   AND (:queue IS NULL OR j.queue = :queue)
   AND (:task IS NULL OR j.task = :task)
   AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+  AND (:args_paths IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:args_paths) AS p
+       WHERE json_extract(j.kwargs, json_extract(p.value, '$[0]')) IS NOT json_extract(p.value, '$[1]')
+          OR replace(replace(coalesce(json_type(j.kwargs, json_extract(p.value, '$[0]')), ''), 'integer', 'real'), 'true', 'false')
+             IS NOT json_extract(p.value, '$[2]')))
   AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
   AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
                   CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
@@ -27,6 +31,10 @@ WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
   AND (:queue IS NULL OR j.queue = :queue)
   AND (:task IS NULL OR j.task = :task)
   AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+  AND (:args_paths IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:args_paths) AS p
+       WHERE json_extract(j.kwargs, json_extract(p.value, '$[0]')) IS NOT json_extract(p.value, '$[1]')
+          OR replace(replace(coalesce(json_type(j.kwargs, json_extract(p.value, '$[0]')), ''), 'integer', 'real'), 'true', 'false')
+             IS NOT json_extract(p.value, '$[2]')))
   AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
   AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
                   CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
@@ -44,6 +52,14 @@ SELECT count(*) AS n FROM (
       AND (:queue IS NULL OR j.queue = :queue)
       AND (:task IS NULL OR j.task = :task)
       AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+      AND (:args_paths IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:args_paths) AS p
+           WHERE json_extract(j.kwargs, json_extract(p.value, '$[0]')) IS NOT json_extract(p.value, '$[1]')
+              OR replace(replace(coalesce(json_type(j.kwargs, json_extract(p.value, '$[0]')), ''), 'integer', 'real'), 'true', 'false')
+                 IS NOT json_extract(p.value, '$[2]')))
+  AND (:args_paths IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:args_paths) AS p
+       WHERE json_extract(j.kwargs, json_extract(p.value, '$[0]')) IS NOT json_extract(p.value, '$[1]')
+          OR replace(replace(coalesce(json_type(j.kwargs, json_extract(p.value, '$[0]')), ''), 'integer', 'real'), 'true', 'false')
+             IS NOT json_extract(p.value, '$[2]')))
       AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
       AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
                       CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201
@@ -105,6 +121,10 @@ WHERE instr(:allowed, ',' || j.state || ',') > 0
   AND (:queue IS NULL OR j.queue = :queue)
   AND (:task IS NULL OR j.task = :task)
   AND (:tag IS NULL OR EXISTS (SELECT 1 FROM json_each(j.tags) AS t WHERE t.value = :tag))
+  AND (:args_paths IS NULL OR NOT EXISTS (SELECT 1 FROM json_each(:args_paths) AS p
+       WHERE json_extract(j.kwargs, json_extract(p.value, '$[0]')) IS NOT json_extract(p.value, '$[1]')
+          OR replace(replace(coalesce(json_type(j.kwargs, json_extract(p.value, '$[0]')), ''), 'integer', 'real'), 'true', 'false')
+             IS NOT json_extract(p.value, '$[2]')))
   AND (:text IS NULL OR instr(lower(j.args || ' ' || j.kwargs), lower(:text)) > 0)
   AND (:error_key IS NULL OR substr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), 1,
                   CASE WHEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) BETWEEN 1 AND 201

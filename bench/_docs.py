@@ -271,6 +271,33 @@ def flow_chunks(results: Path) -> str:
             f"{doc['loadavg_1m_at_end']:g} at the end): the ranges are wide.")
 
 
+def flow_fairness(results: Path) -> str:
+    doc = _json("fairness.json", results)
+    machine = doc["machine"]
+    lines = ["| backend | big jobs started before the last small one | with fair keys "
+             "| without | with / without |", "|---|---:|---:|---:|---:|"]
+    for backend, name in (("postgres", "PostgreSQL"), ("sqlite", "SQLite")):
+        r = doc["backends"].get(backend)
+        if r is None:
+            continue
+        m = r["median_jobs_per_s"]
+        worst = r["worst_big_before_last_small"]
+        lines.append(f"| {name} | {'-' if worst is None else _n(worst)} | {_n(m['fair'])} jobs/s "
+                     f"| {_n(m['plain'])} jobs/s | {r['fair_over_plain']:.2f}x |")
+    return ("\n".join(lines) + "\n\n"
+            f"{doc['big']:,} jobs of fair key `big` enqueued first, then {doc['small']:,} of "
+            f"key `small`; one in-process worker at concurrency {doc['concurrency']} runs them "
+            f"(no-op handlers). Throughput over the first {doc['measured_starts']:,} starts, "
+            "against the same jobs enqueued without a key (plain claims: there, every small "
+            "job waits behind every big one); "
+            f"{'the median of ' + str(doc['rounds']) + ' rounds' if doc['rounds'] > 1 else 'one round'} "
+            "(`python -m bench.fairness`, `bench/results/fairness.json`, "
+            f"{_stamp(machine, measured=_evidence.FAIRNESS_MEASURED)}). "
+            f"A {machine['cores']}-core machine shared with other work "
+            f"(load average {machine['loadavg_1m']:g} at the start, "
+            f"{doc['loadavg_1m_at_end']:g} at the end): the ratios are rough.")
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "readme-machine": readme_machine,
     "readme-end-to-end": readme_end_to_end,
@@ -285,6 +312,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "scaling-model": scaling_model,
     "workflows-completion-cost": workflows_completion_cost,
     "flow-chunks": flow_chunks,
+    "flow-fairness": flow_fairness,
 }
 
 

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--big", type=int, default=100_000)
     parser.add_argument("--small", type=int, default=100)
-    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--measure", type=int, default=20_000,
                         help="starts over which jobs/s is measured")
     parser.add_argument("--rounds", type=int, default=1)

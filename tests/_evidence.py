@@ -33,6 +33,7 @@ BENCH_TOOLS: dict[str, tuple[str, ...]] = {
     "bench/results/capacity.json": ("bench/capacity.py",),
     "bench/results/read_replica.json": ("bench/read_replica.py",),
     "bench/results/chunks.json": ("bench/chunks.py",),
+    "bench/results/fairness.json": ("bench/fairness.py",),
 }
 #: ... and those whose output is printed or derived (model, profiles, retention), and the
 #: A/B and quick runners (`python -m bench` imports none of them either).
@@ -60,6 +61,12 @@ QUICK_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)bench/*.py",
 #: library, the tool and the bench modules it imports.
 CHUNKS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", "bench/chunks.py", "bench/_env.py",
                                     "bench/_targets.py", "bench/__main__.py", "tests/_pg.py")
+
+#: What determines `python -m bench.fairness`' figures (bench/results/fairness.json): the
+#: library, the tool and the bench modules it imports.
+FAIRNESS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", "bench/fairness.py",
+                                      "bench/_env.py", "bench/_targets.py",
+                                      "bench/__main__.py", "tests/_pg.py")
 
 #: What determines the chaos results: the library, the scenarios and their harness, the
 #: apps and fixtures they run, the property-based model test.

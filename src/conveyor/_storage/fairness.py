@@ -142,6 +142,12 @@ class FairPlan:
                 self._start[key] = max(k.vtime, top - 1.0)
         self._keys = fresh
 
+    def starts(self, keys: Iterable[str]) -> tuple[list[float], list[float]]:
+        """The current start and weight of each of ``keys`` (a round's, before it is
+        served): what a statement that writes the new virtual times needs."""
+        keys = list(keys)
+        return [self._start[k] for k in keys], [self._keys[k].weight for k in keys]
+
     def vtimes(self) -> dict[str, float]:
         """The virtual times of the keys this claim served."""
         return dict(self._served)

@@ -28,7 +28,6 @@ from ..control_types import (
     RateGrant,
     RateRequest,
 )
-from ..fairness import MAX_ROUNDS, PLAIN, FairPlan, key_rows, rows_by_key
 from ..gcra import gcra
 from ..job_types import (
     JobAck,
@@ -42,10 +41,10 @@ from ..job_types import (
 from ..lazy_inserts import is_plain
 from ..limiter_types import LimiterSlotParams
 from ..metric_types import MetricRow
-from ..rows import CLAIM_COLUMNS, claimed_from_datetimes, job_from_row, leader_row, sort_for_claim
+from ..rows import claimed_from_datetimes, job_from_row, leader_row, sort_for_claim
 from ..unique import run_async, run_sync, unique_insert
 from ..workflow import Steps
-from . import batch, workflow
+from . import batch, fair, workflow
 from .connection import CALLER_PREPARE
 from .copy_insert import Inserted
 from .pools import PostgresPools
@@ -62,15 +61,6 @@ _CONVEYOR_TABLE = re.compile(r"conveyor_[a-z0-9_]{1,50}")
 def _floats(values: Iterable[float | None]) -> list[float | None]:
     """psycopg refuses to dump a list mixing int and float (``delay=60`` next to 0.5)."""
     return [None if v is None else float(v) for v in values]
-
-
-_PRIORITY, _SCHEDULED, _FAIR_KEY = (CLAIM_COLUMNS.index(c) for c in
-                                    ("priority", "scheduled_at", "fair_key"))
-
-
-def _claim_order(row: Any) -> tuple[Any, ...]:
-    """A claim row's place in claim order (RETURNING order is not guaranteed)."""
-    return (-row[_PRIORITY], row[_SCHEDULED], row[0])
 
 
 #: A batch the plain paths take: not empty, and no unique key to check.
@@ -212,41 +202,11 @@ class PostgresStorage(PostgresPools):
 
     async def _fair_claim(self, params: JobFetchAvailableParams, values: dict[str, Any],
                           routed: str) -> list[Job]:
-        """Rounds of ``FairPlan`` in one transaction, under the queue's fair lock: each
-        round one statement for the named keys (LATERAL), one for the keyless jobs."""
         keys = self._fair_keys_values(params.queue)
-        claim = {**values, **keys}
-        named_sql = self._q["job_fetch_available_fair" + routed]
-        plain_sql = self._q["job_fetch_available_fair_plain" + routed]
-        async with self._transaction() as conn:
-            await self._fetch("job_fair_lock", keys, conn)
-            plan = FairPlan(self._fair_keys_read(
-                keys, await self._fetch("job_fair_keys", keys, conn)), params.limit)
-            for _ in range(MAX_ROUNDS):
-                step = plan.round()
-                if step is None:
-                    break
-                priority, asked = step
-                got: dict[str, list[Any]] = {}
-                named = [k for k in asked if k != PLAIN]
-                if named:
-                    rows = await batch.claim_rows(conn, named_sql, {
-                        **claim, "fair_key": named, "limit": [asked[k] for k in named],
-                        "priority": priority})
-                    got.update(rows_by_key(sorted(rows, key=_claim_order), _FAIR_KEY))
-                if PLAIN in asked:
-                    got[PLAIN] = sorted(await batch.claim_rows(conn, plain_sql, {
-                        **claim, "priority": priority, "limit": asked[PLAIN]}),
-                        key=_claim_order)
-                if not plan.served(asked, got):
-                    break
-                plan.refresh(key_rows(await self._fetch("job_fair_keys", keys, conn)))
-            served = plan.vtimes()
-            if served:
-                await self._fetch("job_fair_served", {"queue": params.queue,
-                                                      "fair_key": list(served),
-                                                      "vtime": list(served.values())}, conn)
-        return claimed_from_datetimes(plan.rows(), params.owner)  # in turn order
+        async with self._conn() as conn:
+            rows = await fair.fair_claim(conn, self._q, params.limit, values, keys,
+                                         lambda r: self._fair_keys_read(keys, r), routed)
+        return claimed_from_datetimes(rows, params.owner)  # in turn order
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         # One UPDATE cannot apply two acks to one row; SQLite applies them in turn, where

@@ -28,7 +28,6 @@ from ..control_types import (
     RateRequest,
 )
 from ..fair_storage import FairStorage
-from ..fairness import MAX_ROUNDS, PLAIN, FairPlan, key_rows
 from ..freelist import FreeList
 from ..gcra import gcra
 from ..job_types import (
@@ -46,16 +45,15 @@ from ..job_types import (
 )
 from ..lazy_inserts import is_plain
 from ..metric_types import MetricRow
-from ..rows import CLAIM_COLUMNS, claimed_from_seconds, job_from_row, leader_row, sort_for_claim
+from ..rows import claimed_from_seconds, job_from_row, leader_row, sort_for_claim
 from ..schema import DbHealth, Migration, pending_migrations
 from ..unique import run_sync, unique_insert
 from ..wake import WakeHub
 from ..workflow import Steps
-from . import batch, workflow
+from . import batch, fair, workflow
 from .connection import SQLiteConfig, StorageThread, connect, split_script
 
 Conn = sqlite3.Connection
-_PRIORITY, _SCHEDULED = CLAIM_COLUMNS.index("priority"), CLAIM_COLUMNS.index("scheduled_at")
 #: Sync enqueues writing at once from different threads (more wait for a free one).
 _CALLER_CONNECTIONS = 32
 #: Jobs moved to history per write transaction: the one writer is held about 2-3 ms by
@@ -76,11 +74,6 @@ def _insert_values(job: JobInsert) -> dict[str, Any]:
         "expires_at": job.expires_at.timestamp() if job.expires_at is not None else None,
         "fair_key": job.fair_key,
     }
-
-
-def _claim_order(row: Any) -> tuple[Any, ...]:
-    """A claim row's place in claim order (RETURNING order is not guaranteed)."""
-    return (-row[_PRIORITY], row[_SCHEDULED], row[0])
 
 
 class SQLiteStorage(FairStorage):
@@ -314,37 +307,15 @@ class SQLiteStorage(FairStorage):
             values["labels"] = json.dumps(dict(params.labels or {}))
             values["tasks"] = None if params.tasks is None else json.dumps(list(params.tasks))
         if params.fair:
-            rows = await self._thread.call_write(lambda c: self._fair_claim(c, values, routed))
+            keys = self._fair_keys_values(params.queue)
+            rows = await self._thread.call_write(lambda c: fair.fair_claim(
+                c, self._q, params.limit, values, keys,
+                lambda r: self._fair_keys_read(keys, r), routed))
             return claimed_from_seconds(rows, params.owner)  # in turn order
         sql = self._q["job_fetch_available" + routed]
         # decoded here, not on the storage thread: it can start the next statement
         rows = await self._thread.call_write(lambda c: batch.claim(c, sql, values))
         return sort_for_claim(claimed_from_seconds(rows, params.owner))
-
-    def _fair_claim(self, c: Conn, values: dict[str, Any], routed: str) -> list[Any]:
-        """Rounds of ``FairPlan`` in one write transaction (one key per statement)."""
-        keys = self._fair_keys_values(values["queue"])
-        read = self._q["job_fair_keys"]
-        plan = FairPlan(self._fair_keys_read(keys, c.execute(read, keys)), values["limit"])
-        for _ in range(MAX_ROUNDS):
-            step = plan.round()
-            if step is None:
-                break
-            priority, asked = step
-            got = {}
-            for key, n in asked.items():
-                name = "job_fetch_available_fair" + ("_plain" if key == PLAIN else "")
-                sql = self._q[name + routed]
-                got[key] = sorted(batch.claim(c, sql, {**values, **keys, "fair_key": key,
-                                                       "priority": priority, "limit": n}),
-                                  key=_claim_order)
-            if not plan.served(asked, got):
-                break
-            plan.refresh(key_rows(c.execute(read, keys)))
-        c.executemany(self._q["job_fair_served"], [
-            {"queue": values["queue"], "fair_key": k, "vtime": v}
-            for k, v in plan.vtimes().items()])
-        return plan.rows()
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:
         sql = self._q["job_ack"]

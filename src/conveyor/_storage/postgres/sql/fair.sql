@@ -48,51 +48,73 @@ LEFT JOIN conveyor_fair_keys AS f ON f.queue = %(queue)s::text AND f.fair_key = 
 WHERE h.priority IS NOT NULL;
 
 -- name: job_fetch_available_fair
--- Each key's next jobs at one priority (parallel arrays of keys and counts), in one
--- statement: a LATERAL probe of the fair index per key.
-UPDATE conveyor_jobs AS j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    attempted_at = now(),
-    lease_owner = %(owner)s::text,
-    lease_token = 1 + floor(random() * 9.0e18)::bigint,
-    lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
-FROM (
-    SELECT c.id
-    FROM unnest(%(fair_key)s::text[], %(limit)s::integer[]) AS k(fair_key, n)
-    CROSS JOIN LATERAL (
-        SELECT id FROM conveyor_jobs
-        WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
-          AND fair_key = k.fair_key AND priority = %(priority)s::smallint
-          AND requires IS NULL  -- routed: job_claim_route (schema.routed_claims)
-        ORDER BY priority DESC, scheduled_at, id
-        LIMIT k.n
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-) AS p
-WHERE j.id = p.id
-RETURNING {claim_columns};
+-- Each key's next jobs at one priority (parallel arrays of keys, counts, and the
+-- plan's start and weight per key), in one statement: a LATERAL probe of the fair
+-- index per key; the served keys' new virtual times (start + jobs / weight) are
+-- written by the same statement, so that COMMIT can follow it in one round trip.
+WITH claimed AS (
+    UPDATE conveyor_jobs AS j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        attempted_at = now(),
+        lease_owner = %(owner)s::text,
+        lease_token = 1 + floor(random() * 9.0e18)::bigint,
+        lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+    FROM (
+        SELECT c.id
+        FROM unnest(%(fair_key)s::text[], %(limit)s::integer[]) AS k(fair_key, n)
+        CROSS JOIN LATERAL (
+            SELECT id FROM conveyor_jobs
+            WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
+              AND fair_key = k.fair_key AND priority = %(priority)s::smallint
+              AND requires IS NULL  -- routed: job_claim_route (schema.routed_claims)
+            ORDER BY priority DESC, scheduled_at, id
+            LIMIT k.n
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+    ) AS p
+    WHERE j.id = p.id
+    RETURNING {claim_columns}
+), served AS (
+    INSERT INTO conveyor_fair_keys (queue, fair_key, vtime)
+    SELECT %(queue)s::text, s.fair_key, s.start + count(*) / s.weight
+    FROM claimed
+    JOIN unnest(%(fair_key)s::text[], %(start)s::float8[], %(weight)s::float8[])
+         AS s(fair_key, start, weight) ON s.fair_key = claimed.fair_key
+    GROUP BY s.fair_key, s.start, s.weight
+    ON CONFLICT (queue, fair_key) DO UPDATE SET vtime = excluded.vtime
+)
+SELECT * FROM claimed;
 
 -- name: job_fetch_available_fair_plain
 -- The next jobs without a fair key at one priority, among the queue's first
--- %(lookahead)s jobs in plain order (the UPDATE re-checks each row's state).
-UPDATE conveyor_jobs AS j
-SET state = 'running',
-    attempt = j.attempt + 1,
-    attempted_at = now(),
-    lease_owner = %(owner)s::text,
-    lease_token = 1 + floor(random() * 9.0e18)::bigint,
-    lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
-FROM (
-    SELECT id FROM (SELECT id, priority, fair_key FROM conveyor_jobs
-                    WHERE state = 'available' AND queue = %(queue)s::text
-                      AND requires IS NULL  -- routed: job_claim_route
-                    ORDER BY priority DESC, scheduled_at, id LIMIT %(lookahead)s) AS a
-    WHERE fair_key IS NULL AND priority = %(priority)s::smallint
-    LIMIT %(limit)s
-) AS p
-WHERE j.id = p.id AND j.state = 'available'
-RETURNING {claim_columns};
+-- %(lookahead)s jobs in plain order (the UPDATE re-checks each row's state); the key
+-- '' gets its new virtual time in the same statement, as above.
+WITH claimed AS (
+    UPDATE conveyor_jobs AS j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        attempted_at = now(),
+        lease_owner = %(owner)s::text,
+        lease_token = 1 + floor(random() * 9.0e18)::bigint,
+        lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+    FROM (
+        SELECT id FROM (SELECT id, priority, fair_key FROM conveyor_jobs
+                        WHERE state = 'available' AND queue = %(queue)s::text
+                          AND requires IS NULL  -- routed: job_claim_route
+                        ORDER BY priority DESC, scheduled_at, id LIMIT %(lookahead)s) AS a
+        WHERE fair_key IS NULL AND priority = %(priority)s::smallint
+        LIMIT %(limit)s
+    ) AS p
+    WHERE j.id = p.id AND j.state = 'available'
+    RETURNING {claim_columns}
+), served AS (
+    INSERT INTO conveyor_fair_keys (queue, fair_key, vtime)
+    SELECT %(queue)s::text, '', %(start)s::float8 + count(*) / %(weight)s::float8
+    FROM claimed HAVING count(*) > 0
+    ON CONFLICT (queue, fair_key) DO UPDATE SET vtime = excluded.vtime
+)
+SELECT * FROM claimed;
 
 -- name: job_fair_served
 -- The served keys' new virtual times (parallel arrays).

@@ -5,6 +5,7 @@ own state, so two apps or two worker processes on one database take turns togeth
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -373,5 +374,36 @@ def test_fair_claims_keep_to_the_worker_labels(db_url: str) -> None:
         order.clear()
         app.drain(labels={"gpu": "a100"})
         assert sorted(order[:4]) == ["big", "big", "gpu", "gpu"] and len(order) == 6
+    finally:
+        app.close()
+
+
+def test_the_cli_lists_fair_keys_and_sets_weights(db_url: str) -> None:
+    from .test_cli import invoke
+
+    app, task = fair_app.build(db_url)
+    try:
+        app.enqueue_many([task.job("acme", i) for i in range(3)])
+
+        def run(*args: str) -> Any:
+            return invoke("queues", *args, "--app", "tests.apps.fair:app", "--url", db_url)
+
+        done = run("fair-weight", "fair", "acme", "2.5")
+        assert done.exit_code == 0, done.output
+        assert "queue fair: fair key 'acme' weight 2.5" in done.stdout
+        listed = run("fair-keys", "fair", "--json")
+        assert listed.exit_code == 0, listed.output
+        [row] = json.loads(listed.stdout)
+        assert (row["key"], row["waiting"], row["weight"]) == ("acme", 3, 2.5)
+        assert "acme" in run("fair-keys", "fair").stdout
+        assert run("fair-weight", "fair", "acme", "--reset").exit_code == 0
+        assert app.list_fair_keys("fair")[0].weight == 1.0
+        for args, message in ((["fair-weight", "fair", "acme", "0"], "0"),
+                              (["fair-weight", "fair", "acme"], "give WEIGHT or --reset"),
+                              (["fair-weight", "fiar", "acme", "2"], "did you mean fair"),
+                              (["fair-weight", "fair", "", "2"], "1 to 200 characters"),
+                              (["fair-keys", "no spaces"], "invalid queue name")):
+            failed = run(*args)
+            assert failed.exit_code != 0 and message in failed.output, (args, failed.output)
     finally:
         app.close()

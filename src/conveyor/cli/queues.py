@@ -56,7 +56,7 @@ def _doc(value: Any) -> Any:
 @click.group(context_settings=CONTEXT, epilog=EPILOG)
 def queues() -> None:
     """See and control queues on every worker: list, pause, resume, scale, rate,
-    backoff, retention."""
+    backoff, retention, fair-keys, fair-weight."""
 
 @queues.command("list", epilog=EPILOG)
 @json_option
@@ -205,3 +205,46 @@ def queues_retention(name: str, completed: float | None, discarded: float | None
         f"{k} {seconds(v)}" for k, v in kwargs.items())
     _queue_action(name, app_path, url, verb,
                   lambda a: a.set_queue_retention_async(name, **kwargs), force)
+
+@queues.command("fair-keys", epilog=EPILOG)
+@click.argument("name")
+@json_option
+@common_options
+def queues_fair_keys(name: str, as_json: bool, app_path: str | None, url: str | None) -> None:
+    """Fair keys of queue NAME: waiting jobs, weight and virtual time of each
+    (docs/flow-control.md, "Fair keys")."""
+    app = open_app(app_path, url)
+    try:
+        found = run_async(app, lambda: app.list_fair_keys_async(name))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
+    if as_json:
+        print_json([dataclasses.asdict(k) for k in found])
+        return
+    table = Table(box=box.SIMPLE)
+    for column in ("key", "waiting", "weight", "virtual time"):
+        table.add_column(column, justify="left" if column == "key" else "right")
+    for k in found:
+        table.add_row(Text(k.key), f"{k.waiting:,}", f"{k.weight:g}", f"{k.vtime:,.1f}")
+    console().print(table if found else plain(f"queue {safe(name)}: no fair keys waiting"))
+
+@queues.command("fair-weight", epilog=EPILOG)
+@click.argument("name")
+@click.argument("key")
+@click.argument("weight", required=False,
+                type=click.FloatRange(min=0, min_open=True, max=1000))
+@click.option("--reset", is_flag=True, help="Back to weight 1.")
+@force_option
+@common_options
+def queues_fair_weight(name: str, key: str, weight: float | None, reset: bool, force: bool,
+                       app_path: str | None, url: str | None) -> None:
+    """Give fair key KEY of queue NAME a WEIGHT (above 0, up to 1,000): it takes WEIGHT
+    turns for another key's one (docs/flow-control.md, "Fair keys")."""
+    if (weight is None) == (not reset):
+        raise click.UsageError("give WEIGHT or --reset")
+    verb = f"fair key {safe(key)!r} weight {1.0 if weight is None else weight:g}"
+    try:
+        _queue_action(name, app_path, url, verb,
+                      lambda a: a.set_fair_weight_async(name, key, weight), force)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None

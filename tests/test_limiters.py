@@ -415,3 +415,22 @@ def test_the_sync_forms_refuse_to_block_an_event_loop(app: Conveyor) -> None:
     result = app.drain()
     assert len(result.retried) == 1 and "async with limiter" in (result.retried[0].error or "")
     assert app.list_limiters()[0].holders == ()
+
+
+def test_limiters_in_inline_mode(app: Conveyor) -> None:
+    ocr = app.limiter("ocr", concurrency=1, wait=0)
+    ran: list[int] = []
+
+    @app.task
+    async def scan(n: int) -> None:
+        async with ocr.hold(key="acme"):
+            ran.append(n)
+
+    with app.inline():
+        scan.enqueue(1)  # runs now, in the caller, under the limiter
+        outsider = ocr.acquire(key="acme")
+        job = scan.enqueue(2)  # refused at once (wait=0): snoozed, no attempt used
+        outsider.release()
+    found = app.get_job(job.id)
+    assert ran == [1] and found is not None
+    assert found.state.value == "scheduled" and found.attempt == 0

@@ -183,10 +183,10 @@ def test_a_dead_holders_slot_frees_when_its_lease_runs_out(app: Conveyor) -> Non
 
 
 def test_a_live_holder_renews_its_lease(app: Conveyor) -> None:
-    ocr = app.limiter("ocr", concurrency=1, lease=0.6)
+    ocr = app.limiter("ocr", concurrency=1, lease=1.5)
     with ocr:
-        deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline:  # three leases long: never taken over
+        deadline = time.monotonic() + 4.0
+        while time.monotonic() < deadline:  # over two leases long: never taken over
             with pytest.raises(LimitExceeded):
                 ocr.acquire(timeout=0.1)
     with ocr.hold(timeout=0):

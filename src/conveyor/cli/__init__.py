@@ -46,7 +46,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "prune": ("maintenance", "prune", "Delete old finished jobs now, as the pruner does."),
     "queues": ("queues", "queues",
                "See and control queues on every worker: list, pause, resume, scale, rate, "
-               "backoff, retention."),
+               "backoff, retention, fair-keys, fair-weight."),
     "rescue": ("maintenance", "rescue", "Rescue jobs whose lease expired now, as the rescuer does."),
     "schedules": ("schedules", "schedules", "Periodic jobs: list, pause, resume, run now, remove."),
     "status": ("status", "status_cmd",

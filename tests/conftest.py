@@ -187,10 +187,13 @@ def migrate(url: str) -> None:
 def truncate_conveyor_tables(url: str) -> None:
     """Empty every ``conveyor_*`` table except ``conveyor_migrations``; reset identities.
 
-    Only the tables that hold rows are truncated (a TRUNCATE of all of them, about 25, cost
-    0.1-0.3 s a test under load: each makes new files); the sequences of the others are
-    reset with ``setval``. When another connection holds a lock on one of the tables, all of
-    them are truncated as before, which waits for it (up to 10 s) and then says so."""
+    Only the tables written since their last TRUNCATE are truncated (a TRUNCATE of all of
+    them, about 25, cost 0.1-0.3 s a test under load: each makes new files). A table with
+    no page (``pg_relation_size`` 0) was not written: no row, no dead row, no statistics
+    to reset; a table emptied by DELETE still has pages (and dead rows) and is truncated.
+    The sequences of the others are reset with ``setval``. When another connection holds a
+    lock on one of the tables, all of them are truncated as before, which waits for it (up
+    to 10 s) and then says so."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET lock_timeout = '10s'")
         rows = conn.execute(
@@ -210,7 +213,9 @@ def truncate_conveyor_tables(url: str) -> None:
             row = conn.execute(_LOCKED_BY_OTHERS).fetchone()
             if row is not None and not row[0]:
                 probe = sql.SQL(" UNION ALL ").join(
-                    sql.SQL("SELECT {} WHERE EXISTS (SELECT FROM {})").format(sql.Literal(i), table)
+                    sql.SQL("SELECT {} WHERE pg_relation_size({}::regclass) > 0").format(
+                        sql.Literal(i), sql.Literal(table.as_string(conn))
+                    )
                     for i, table in enumerate(tables)
                 )
                 tables = [tables[int(i)] for (i,) in conn.execute(probe).fetchall()]

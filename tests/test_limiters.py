@@ -405,8 +405,9 @@ def test_the_sync_forms_refuse_to_block_an_event_loop(app: Conveyor) -> None:
             pass
 
     async def main() -> None:
-        for form in (lambda: ocr.acquire(), lambda: ocr.hold().__enter__(),
-                     lambda: ocr.__enter__()):
+        forms: list[Callable[[], object]] = [
+            lambda: ocr.acquire(), lambda: ocr.hold().__enter__(), lambda: ocr.__enter__()]
+        for form in forms:
             with pytest.raises(RuntimeError, match="async with limiter"):
                 form()
 

@@ -172,7 +172,7 @@ async def _retry(s: Any, raw: Storage) -> set[int]:
 
 async def _retry_edited(s: Any, raw: Storage) -> set[int]:
     job_id = min(await finished(raw, JobState.DISCARDED))
-    return {(await s.job_retry_edited(job_id, JobEditParams("[1]", "{}", "test"))).id}
+    return {(await s.job_retry_edited(JobEditParams(job_id, "[1]", "{}", "test"))).id}
 
 
 async def _cancel(s: Any, raw: Storage) -> set[int]:

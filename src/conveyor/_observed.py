@@ -241,9 +241,9 @@ class ObservedStorage:
         self.hooks.changed(job, before, self.source)
         return job
 
-    async def job_retry_edited(self, job_id: int, params: JobEditParams) -> Job | None:
-        before = await self._state_before(job_id)
-        job = await self.inner.job_retry_edited(job_id, params)
+    async def job_retry_edited(self, params: JobEditParams) -> Job | None:
+        before = await self._state_before(params.job_id)
+        job = await self.inner.job_retry_edited(params)
         self.hooks.changed(job, before, self.source)
         return job
 

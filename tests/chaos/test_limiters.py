@@ -22,15 +22,15 @@ def holder_spans(path: Path, killed: dict[int, float]) -> list[tuple[float, floa
     granted: dict[str, float] = {}
     spans = []
     for line in path.read_text().splitlines() if path.exists() else []:
-        event, _, _, pid, ns, holder = line.split()
+        event, _, _, _pid, ns, holder = line.split()
         if event == "granted":
             granted[holder] = int(ns) / 1e9
         else:
             spans.append((granted.pop(holder), int(ns) / 1e9))
     for holder, start in granted.items():  # never released: its process was killed
-        pid = int(holder.split(":")[1])
-        assert pid in killed, f"holder {holder} neither released nor killed"
-        spans.append((start, killed[pid]))
+        holder_pid = int(holder.split(":")[1])
+        assert holder_pid in killed, f"holder {holder} neither released nor killed"
+        spans.append((start, killed[holder_pid]))
     return spans
 
 

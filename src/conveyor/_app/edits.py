@@ -54,4 +54,4 @@ def edit_params(tasks: Mapping[str, Task[Any, Any]], max_payload_bytes: int, job
         insert = JobSpec(task, tuple(new_args), new_kwargs, EnqueueOptions()).to_insert(
             max_payload_bytes)
         args_json, kwargs_json = insert.args_json, insert.kwargs_json
-    return JobEditParams(args_json, kwargs_json, source, actor)
+    return JobEditParams(job.id, args_json, kwargs_json, source, actor)

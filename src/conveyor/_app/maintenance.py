@@ -99,7 +99,7 @@ class MaintenanceApp(ControlApp):
                 raise JobNotFoundError(f"no job with id {job_id}")
             params = edit_params(self.tasks, self.config.max_payload_bytes, current, args,
                                  kwargs, source, user)
-            job = await storage.job_retry_edited(job_id, params)
+            job = await storage.job_retry_edited(params)
         if job is None:
             await refuse(storage, job_id, "retried", RETRYABLE_FROM)
         return self._bound([job])[0]

@@ -181,10 +181,11 @@ class BaseStorage(ToolkitStorage):
             self._woke([job.queue])
         return job
 
-    async def job_retry_edited(self, job_id: int, params: JobEditParams) -> Job | None:
+    async def job_retry_edited(self, params: JobEditParams) -> Job | None:
         """``job_retry`` with new arguments: the edit recorded (with the arguments it
         replaced), the arguments replaced and the job retried, in one transaction. A
         finished job in history is moved back first (as ``job_retry``'s history step)."""
+        job_id = params.job_id
         values = {"id": job_id, "args": params.args_json, "kwargs": params.kwargs_json,
                   "source": params.source, "actor": params.actor}
         try:

@@ -9,8 +9,10 @@ from datetime import datetime
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobEditParams:
-    """New arguments, already encoded (and sealed, for an encrypted task) by the app."""
+    """New arguments for a job, already encoded (and sealed, for an encrypted task) by
+    the app."""
 
+    job_id: int
     args_json: str
     kwargs_json: str
     #: The interface that asked: "api", "cli", "dashboard".

@@ -147,7 +147,7 @@ class Storage(Protocol):
 
     async def job_retry(self, job_id: int) -> Job | None: ...
 
-    async def job_retry_edited(self, job_id: int, params: JobEditParams) -> Job | None:
+    async def job_retry_edited(self, params: JobEditParams) -> Job | None:
         """``job_retry`` with new arguments, the edit recorded (``job_edit_list``)."""
 
     async def job_edit_list(self, job_id: int) -> list[JobEdit]:

@@ -70,6 +70,11 @@ WHOLE_READS: dict[str, Whole] = {
         "counts waiting jobs that require worker labels: the whole partial index of them "
         "(empty while no job has requirements)",
         sqlite={"conveyor_jobs_requires_idx"}, postgres={"conveyor_jobs_requires_idx"}),
+    "job_edit_prune": whole(
+        "the pruner's pass over operators' edits (one row per edit and retry, few) to find "
+        "those whose job is gone; each job is probed by id",
+        sqlite={"conveyor_job_edits_job_idx"},
+        postgres={"conveyor_job_edits_job_idx", "conveyor_job_edits_pkey"}),
     "job_count_running_by_node": whole(
         "counts every running job per node: the whole (small) partial index of running rows",
         sqlite={"conveyor_jobs_lease_idx"}, postgres={"conveyor_jobs_lease_idx"}),

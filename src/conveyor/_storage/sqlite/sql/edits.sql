@@ -23,10 +23,12 @@ SELECT at, source, actor, args_before, kwargs_before, args, kwargs
 FROM conveyor_job_edits WHERE job_id = :id ORDER BY id;
 
 -- name: job_edit_prune
--- Edits of jobs that are gone (pruned, deleted, purged), a bounded batch.
+-- Edits of jobs that are gone (pruned, deleted, purged), a bounded batch. The edits
+-- table is small (one row per operator edit) and read whole; each edit's job is looked
+-- up by id (scalar subqueries: a probe of each table's id index, never a scan of history).
 DELETE FROM conveyor_job_edits WHERE id IN (
     SELECT e.id FROM conveyor_job_edits AS e
-    WHERE NOT EXISTS (SELECT 1 FROM conveyor_jobs AS j WHERE j.id = e.job_id)
-      AND NOT EXISTS (SELECT 1 FROM conveyor_jobs_history AS h WHERE h.id = e.job_id)
+    WHERE (SELECT count(*) FROM conveyor_jobs AS j WHERE j.id = e.job_id) = 0
+      AND (SELECT count(*) FROM conveyor_jobs_history AS h WHERE h.id = e.job_id) = 0
     LIMIT :limit)
 RETURNING id;

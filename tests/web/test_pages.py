@@ -166,4 +166,4 @@ def test_args_search_reads_only_the_newest_jobs(browser: Browser, world: Conveyo
     page = browser.get("/jobs?q=png").text
     newest = max(j.id for j in world.list_jobs(limit=1))
     assert ids_on(page) == [i for i in everything if i > newest - 20]
-    assert "args search covers the newest 20 jobs" in page
+    assert "the search covers the newest 20 jobs" in page

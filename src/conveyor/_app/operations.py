@@ -124,13 +124,18 @@ class Operations:
     async def clock_now(self) -> datetime:
         return await (await self.app.storage()).clock_now()
 
-    async def metric_series(self, since: float) -> list[MetricPoint]:
+    async def metric_series(self, since: float, *, queue: str | None = None,
+                            task: str | None = None, step: float = 60.0,
+                            merged: bool = False) -> list[MetricPoint]:
         storage = await self.app.storage()
-        return await storage.metrics_series(MetricsSeriesParams(since))
+        return await storage.metrics_series(
+            MetricsSeriesParams(since, queue=queue, task=task, step=step, merged=merged))
 
-    async def depth_series(self, since: float) -> list[DepthPoint]:
+    async def depth_series(self, since: float, *, queue: str | None = None,
+                           step: float = 60.0) -> list[DepthPoint]:
         storage = await self.app.storage()
-        return await storage.metrics_depth_series(MetricsSeriesParams(since))
+        return await storage.metrics_depth_series(
+            MetricsSeriesParams(since, queue=queue, step=step))
 
     async def metric_totals(self) -> list[MetricTotal]:
         return await (await self.app.storage()).metrics_totals()

@@ -141,7 +141,9 @@ class ClusterStorage(BaseStorage):
     # -- metrics -----------------------------------------------------------------------------
 
     async def metrics_series(self, params: MetricsSeriesParams) -> list[MetricPoint]:
-        rows = await self._read("metrics_series", {"since": params.since, "queue": params.queue})
+        rows = await self._read("metrics_series", {
+            "since": params.since, "queue": params.queue, "task": params.task,
+            "step": params.step, "merged": params.merged})
         return [MetricPoint(float(r["bucket"]), r["queue"], r["metric"], float(r["value"]))
                 for r in rows]
 
@@ -153,7 +155,8 @@ class ClusterStorage(BaseStorage):
         await self._write("metrics_depth_sample", {"bucket": bucket})
 
     async def metrics_depth_series(self, params: MetricsSeriesParams) -> list[DepthPoint]:
-        rows = await self._read("metrics_depth_series", {"since": params.since})
+        rows = await self._read("metrics_depth_series", {
+            "since": params.since, "queue": params.queue, "step": params.step})
         return [DepthPoint(float(r["bucket"]), r["queue"], r["state"], int(r["n"])) for r in rows]
 
 

@@ -23,6 +23,13 @@ class MetricsSeriesParams:
     #: Unix seconds; buckets at or after it.
     since: float
     queue: str | None = None
+    #: Only this task's rollups (the metrics series; depth has no task).
+    task: str | None = None
+    #: Seconds per point: minutes are summed (depth: their peak) into buckets this
+    #: wide, aligned on the epoch, in SQL (a 7-day chart reads 168 hourly points).
+    step: float = 60.0
+    #: Every queue summed as queue "*" (one series for the cluster).
+    merged: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

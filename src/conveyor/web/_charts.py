@@ -2,7 +2,9 @@
 
 Colours come from CSS classes (the stylesheet), not inline styles, so the
 Content-Security-Policy can forbid inline styles too. Every minute has an invisible
-hover area whose ``<title>`` is the browser's tooltip with that minute's values.
+hover area whose ``<title>`` is the browser's tooltip with that minute's values. A
+longer range (``?range=24h|7d``) draws one point per 5 minutes or per hour: at most
+288 points a series, whatever the range.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 from markupsafe import Markup, escape
 
-from .._format import number
-from ._format import clock
+from .._app.reads import DEFAULT_RANGE, Range, Series
+from .._format import number, percent, seconds
 
 WIDTH, HEIGHT = 640, 170
 LEFT, RIGHT, TOP, BOTTOM = 48, 8, 10, 22
@@ -38,8 +41,12 @@ def nice_max(value: float) -> float:
     return float(10 * power)
 
 
+def _axis(ts: float, rng: Range) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime(rng.axis)
+
+
 def _frame(minutes: Sequence[float], top: float, fmt: Callable[[float], str],
-           label: str) -> list[str]:
+           label: str, rng: Range) -> list[str]:
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
              f'aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg">',
@@ -52,14 +59,15 @@ def _frame(minutes: Sequence[float], top: float, fmt: Callable[[float], str],
                      f"{escape(fmt(top * frac))}</text>")
     step = plot_w / max(len(minutes), 1)
     for i, minute in enumerate(minutes):
-        if i % 15 == 0 or i == len(minutes) - 1:
+        if i % rng.label_every == 0 or i == len(minutes) - 1:
             x = LEFT + step * (i + 0.5)
             parts.append(f'<text class="axis" x="{x:.1f}" y="{HEIGHT - 6}" '
-                         f'text-anchor="middle">{escape(clock(minute))}</text>')
+                         f'text-anchor="middle">{escape(_axis(minute, rng))}</text>')
     return parts
 
 
-def _hover(minutes: Sequence[float], lines: Sequence[Line], fmt: Callable[[float], str]) -> list[str]:
+def _hover(minutes: Sequence[float], lines: Sequence[Line], fmt: Callable[[float], str],
+           rng: Range) -> list[str]:
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     step = plot_w / max(len(minutes), 1)
     out = []
@@ -68,17 +76,23 @@ def _hover(minutes: Sequence[float], lines: Sequence[Line], fmt: Callable[[float
             f"{line.name} {fmt(v) if (v := line.values[i]) is not None else '-'}"
             for line in lines)
         out.append(f'<rect class="hover" x="{LEFT + step * i:.1f}" y="{TOP}" width="{step:.1f}" '
-                   f'height="{plot_h}"><title>{escape(clock(minute))} UTC: {escape(values)}'
+                   f'height="{plot_h}"><title>{escape(_when(minute, rng))} UTC: {escape(values)}'
                    "</title></rect>")
     return out
 
 
+def _when(ts: float, rng: Range) -> str:
+    """A point's start in its tooltip: HH:MM, with the day for a range over days."""
+    return datetime.fromtimestamp(ts, UTC).strftime(
+        "%H:%M" if rng.seconds <= 3600 else "%a %d %b %H:%M")
+
+
 def bars(minutes: Sequence[float], stacks: Sequence[Line], label: str,
-         fmt: Callable[[float], str] = number) -> Markup:
-    """Stacked bars, one per minute (e.g. completed and failed jobs)."""
+         fmt: Callable[[float], str] = number, rng: Range = DEFAULT_RANGE) -> Markup:
+    """Stacked bars, one per point (e.g. completed and failed jobs)."""
     totals = [sum(s.values[i] or 0.0 for s in stacks) for i in range(len(minutes))]
     top = nice_max(max(totals, default=0.0))
-    parts = _frame(minutes, top, fmt, label)
+    parts = _frame(minutes, top, fmt, label, rng)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     step = plot_w / max(len(minutes), 1)
     for i in range(len(minutes)):
@@ -92,17 +106,17 @@ def bars(minutes: Sequence[float], stacks: Sequence[Line], label: str,
             parts.append(f'<rect class="{stack.css}" x="{LEFT + step * i + 0.5:.1f}" y="{y:.1f}" '
                          f'width="{max(step - 1, 1):.1f}" height="{h:.1f}"/>')
             base += value
-    parts += _hover(minutes, stacks, fmt)
+    parts += _hover(minutes, stacks, fmt, rng)
     parts.append("</svg>")
     return Markup("".join(parts))
 
 
 def lines(minutes: Sequence[float], series: Sequence[Line], label: str,
-          fmt: Callable[[float], str] = number) -> Markup:
-    """Lines, broken where a minute has no value."""
+          fmt: Callable[[float], str] = number, rng: Range = DEFAULT_RANGE) -> Markup:
+    """Lines, broken where a point has no value."""
     values = [v for s in series for v in s.values if v is not None]
     top = nice_max(max(values, default=0.0))
-    parts = _frame(minutes, top, fmt, label)
+    parts = _frame(minutes, top, fmt, label, rng)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     step = plot_w / max(len(minutes), 1)
     for s in series:
@@ -117,6 +131,27 @@ def lines(minutes: Sequence[float], series: Sequence[Line], label: str,
                 run = []
                 continue
             run.append(f"{LEFT + step * (i + 0.5):.1f},{TOP + plot_h * (1 - value / top):.1f}")
-    parts += _hover(minutes, series, fmt)
+    parts += _hover(minutes, series, fmt, rng)
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def chart_set(s: Series, rng: Range, depth: bool = True) -> dict[str, Markup]:
+    """The overview's charts (and a queue's or a task's: a task has no depth) over
+    ``rng``, one point per ``rng.per``."""
+    per = rng.per
+    charts = {
+        "throughput": bars(s.minutes, [Line("completed", s.completed, "s-completed"),
+                                       Line("failed", s.failed, "s-failed")],
+                           f"Jobs finished per {per}", rng=rng),
+        "failure": lines(s.minutes, [Line("failure rate", s.failure_rate, "s-failed")],
+                         f"Failure rate per {per}", percent, rng=rng),
+        "latency": lines(s.minutes, [Line("p50", s.p50, "s-p50"), Line("p95", s.p95, "s-p95")],
+                         "Enqueue-to-start latency", seconds, rng=rng),
+    }
+    if depth:
+        charts["depth"] = lines(s.minutes, [Line(name, s.depth[name], f"s-{name}")
+                                            for name in ("available", "scheduled", "retryable",
+                                                         "running")],
+                                f"Queue depth (peak per {per})", rng=rng)
+    return charts

@@ -7,7 +7,9 @@ import dataclasses
 from collections.abc import Mapping
 from urllib.parse import urlencode
 
-from .._app import JobFilter
+from starlette.exceptions import HTTPException
+
+from .._app import JobFilter, search
 from .._job import FAILED_STATES, MAX_ID, JobState
 
 #: ``state=failed`` in a URL: retryable and discarded together.
@@ -23,6 +25,8 @@ class JobQuery:
     task: str = ""
     tag: str = ""
     q: str = ""
+    #: The search box's ``NAME=VALUE``: a keyword argument's value (``_app/search.py``).
+    arg: str = ""
     error: str | None = None
 
     @classmethod
@@ -35,7 +39,7 @@ class JobQuery:
         # The error key may be empty (jobs that failed without a message): keep "".
         error = params.get("error")
         return cls(state=state if state in STATE_CHOICES else "", queue=text("queue"),
-                   task=text("task"), tag=text("tag"), q=text("q"),
+                   task=text("task"), tag=text("tag"), q=text("q"), arg=text("arg"),
                    error=error if error is not None and len(error) <= MAX_TEXT else None)
 
     def to_filter(self) -> JobFilter:
@@ -45,7 +49,18 @@ class JobQuery:
         elif self.state:
             states = (JobState(self.state),)
         return JobFilter(states=states, queue=self.queue or None, task=self.task or None,
-                         tag=self.tag or None, text=self.q or None, error_key=self.error)
+                         tag=self.tag or None, text=self.q or None, error_key=self.error,
+                         args_contains=self.args_contains())
+
+    def args_contains(self) -> str | None:
+        """The search box's filter as JSON; a malformed one is a 400 (never dropped: a
+        bulk action on the filter would then reach every job)."""
+        if not self.arg:
+            return None
+        try:
+            return search.check_args_contains(search.args_from_pairs([self.arg]))
+        except ValueError as exc:
+            raise HTTPException(400, f"bad argument search: {exc}") from None
 
     @property
     def empty(self) -> bool:
@@ -66,7 +81,8 @@ class JobQuery:
     def describe(self) -> str:
         parts = [f"{name} {value!r}" for name, value in (
             ("state", self.state), ("queue", self.queue), ("task", self.task),
-            ("tag", self.tag), ("args containing", self.q)) if value]
+            ("tag", self.tag), ("args containing", self.q), ("argument", self.arg))
+            if value]
         if self.error is not None:
             parts.append(f"error {self.error!r}")
         return ", ".join(parts) or "all jobs"

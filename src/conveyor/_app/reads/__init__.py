@@ -42,17 +42,30 @@ from .overview import (
     overview,
     queues,
     schedules,
+    series,
     state_counts,
     totals,
     workers,
 )
-from .series import Series, build_series, hour_window, per_queue, quantile
+from .series import (
+    DEFAULT_RANGE,
+    RANGES,
+    Range,
+    Series,
+    build_series,
+    hour_window,
+    per_queue,
+    quantile,
+    window,
+)
 
 __all__ = [
-    "FINAL_CAP", "NO_METRICS", "TEXT_SCAN", "AttemptRun", "BulkPreview", "JobDetail", "JobRow",
-    "JobsPage", "MetricFamily", "MetricSample", "NodeView", "Overview", "QueueView", "Series",
-    "Snapshot", "TimelineEntry", "arguments_preview", "attempt_runs", "bounded", "bucket_label",
-    "build_series", "bulk_preview", "failure_groups", "families", "first_line", "health",
-    "hour_window", "job_detail", "jobs_page", "last_error", "overview", "per_queue", "preview",
-    "quantile", "queues", "read", "schedules", "state_counts", "timeline", "totals", "workers",
+    "DEFAULT_RANGE", "FINAL_CAP", "NO_METRICS", "RANGES", "TEXT_SCAN", "AttemptRun",
+    "BulkPreview", "JobDetail", "JobRow", "JobsPage", "MetricFamily", "MetricSample",
+    "NodeView", "Overview", "QueueView", "Range", "Series", "Snapshot", "TimelineEntry",
+    "arguments_preview", "attempt_runs", "bounded", "bucket_label", "build_series",
+    "bulk_preview", "failure_groups", "families", "first_line", "health", "hour_window",
+    "job_detail", "jobs_page", "last_error", "overview", "per_queue", "preview", "quantile",
+    "queues", "read", "schedules", "series", "state_counts", "timeline", "totals", "window",
+    "workers",
 ]

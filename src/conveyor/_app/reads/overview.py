@@ -13,7 +13,15 @@ from ..._redact import Redactor
 from ..._routing import describe, satisfies
 from ..._storage import DbHealth, FailureGroup, StateCount
 from ..control import ScheduleInfo
-from .series import Series, build_series, hour_window, per_queue
+from .series import (
+    DEFAULT_RANGE,
+    Range,
+    Series,
+    build_series,
+    hour_window,
+    per_queue,
+    window,
+)
 
 if TYPE_CHECKING:
     from ..operations import Operations
@@ -127,14 +135,25 @@ async def queues(ops: Operations, counts: list[StateCount] | None = None) -> lis
     return out
 
 
-async def overview(ops: Operations) -> Overview:
+async def series(ops: Operations, rng: Range = DEFAULT_RANGE, *, queue: str | None = None,
+                 task: str | None = None) -> Series:
+    """The charts' series over ``rng`` for the cluster, one queue or one task: two
+    queries whose rows are summed per point in SQL (at most ``rng.points`` points per
+    series, whatever the range). A task has no depth samples (they are per queue)."""
+    points = window(rng)
+    metrics = await ops.metric_series(points[0], queue=queue, task=task, step=rng.step,
+                                      merged=True)
+    depth = ([] if task is not None
+             else await ops.depth_series(points[0], queue=queue or "*", step=rng.step))
+    return build_series(metrics, depth, points, depth_queue=queue or "*")
+
+
+async def overview(ops: Operations, rng: Range = DEFAULT_RANGE) -> Overview:
     counts = await state_counts(ops)
-    minutes = hour_window()
-    series = build_series(await ops.metric_series(minutes[0]),
-                          await ops.depth_series(minutes[0]), minutes)
+    series_ = await series(ops, rng)
     alive = len(await ops.alive_nodes())
     missing = None if await ops.metric_totals() else NO_METRICS
-    return Overview(totals(counts), series, await queues(ops, counts), alive, missing)
+    return Overview(totals(counts), series_, await queues(ops, counts), alive, missing)
 
 
 async def failure_groups(ops: Operations, queue: str | None, task: str | None,

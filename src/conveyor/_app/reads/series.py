@@ -1,6 +1,7 @@
 """Metric rollups turned into what the overview shows (the dashboard's charts and
-``conveyor status``): per-minute series for the last hour and percentiles from
-histogram buckets."""
+``conveyor status``): series over a range (the last hour minute by minute, 24 hours in
+5-minute and 7 days in 1-hour buckets, summed in SQL) and percentiles from histogram
+buckets."""
 
 from __future__ import annotations
 
@@ -49,11 +50,13 @@ class Series:
     p95: list[float | None]
     run_p95: list[float | None]
     depth: dict[str, list[float | None]]
-    #: Over the whole hour.
+    #: Over the whole range (the last hour for the 1h range).
     hour_completed: float
     hour_failed: float
     hour_p50: float | None
     hour_p95: float | None
+    #: Seconds per point.
+    step: float = 60.0
 
     @property
     def hour_failure_rate(self) -> float | None:
@@ -62,8 +65,50 @@ class Series:
 
     @property
     def per_minute(self) -> float:
-        """Completed jobs per minute over the last five whole minutes."""
+        """Completed jobs per minute over the last five whole minutes (a longer
+        step: over the last whole bucket)."""
+        if self.step != 60.0 or len(self.completed) < 6:
+            return (self.completed[-2] if len(self.completed) > 1 else 0.0) * 60 / self.step
         return sum(self.completed[-6:-1]) / 5
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Range:
+    """A chart range: ``seconds`` long in ``step``-second points (at most 288), an axis
+    label every ``label_every`` points written with ``axis`` (strftime, UTC)."""
+
+    name: str
+    title: str
+    seconds: int
+    step: int
+    label_every: int
+    axis: str
+
+    @property
+    def points(self) -> int:
+        return self.seconds // self.step
+
+    @property
+    def per(self) -> str:
+        """What one point covers: "minute", "5 minutes", "hour"."""
+        return {60: "minute", 3600: "hour"}.get(self.step, f"{self.step // 60} minutes")
+
+
+#: The ranges a chart offers (``?range=``); the rollups are kept 7 days by default
+#: (``--metrics-retention``), so 7d is the longest.
+RANGES = {r.name: r for r in (
+    Range("1h", "last hour", 3600, 60, 15, "%H:%M"),
+    Range("24h", "last 24 hours", 86_400, 300, 48, "%H:%M"),
+    Range("7d", "last 7 days", 604_800, 3600, 24, "%a %d"),
+)}
+DEFAULT_RANGE = RANGES["1h"]
+
+
+def window(rng: Range, now: float | None = None) -> list[float]:
+    """The start of each point of ``rng``, oldest first, the last one holding now."""
+    moment = time.time() if now is None else now
+    last = (moment // rng.step) * rng.step
+    return [last - rng.step * i for i in range(rng.points - 1, -1, -1)]
 
 
 def hour_window(now: float | None = None, minutes: int = 60) -> list[float]:
@@ -72,7 +117,7 @@ def hour_window(now: float | None = None, minutes: int = 60) -> list[float]:
 
 
 def build_series(points: Iterable[MetricPoint], depth: Iterable[DepthPoint],
-                 minutes: list[float]) -> Series:
+                 minutes: list[float], depth_queue: str = "*") -> Series:
     per: dict[float, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     hour: dict[str, float] = defaultdict(float)
     for p in points:
@@ -81,7 +126,7 @@ def build_series(points: Iterable[MetricPoint], depth: Iterable[DepthPoint],
             hour[p.metric] += p.value
     sampled: dict[float, dict[str, float]] = defaultdict(dict)
     for d in depth:
-        if d.queue == "*":
+        if d.queue == depth_queue:
             sampled[d.bucket][d.state] = float(d.n)
     completed = [per[m]["completed"] for m in minutes]
     failed = [sum(per[m][k] for k in FAILED) for m in minutes]
@@ -96,6 +141,7 @@ def build_series(points: Iterable[MetricPoint], depth: Iterable[DepthPoint],
         hour_completed=hour["completed"], hour_failed=sum(hour[k] for k in FAILED),
         hour_p50=quantile(0.5, histogram(hour, "latency")),
         hour_p95=quantile(0.95, histogram(hour, "latency")),
+        step=minutes[1] - minutes[0] if len(minutes) > 1 else 60.0,
     )
 
 

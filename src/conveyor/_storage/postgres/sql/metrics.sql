@@ -20,11 +20,16 @@ ON CONFLICT (queue, task, metric) DO UPDATE
 SET value = t.value + excluded.value, updated_at = excluded.updated_at;
 
 -- name: metrics_series
-SELECT extract(epoch FROM bucket)::float8 AS bucket, queue, metric, sum(value) AS value
+-- Minutes summed into ``step``-second buckets (aligned on the epoch), per queue or, with
+-- ``merged``, for all queues as '*': a chart's points are aggregated here, never in Python.
+SELECT floor(extract(epoch FROM bucket)::float8 / %(step)s::float8) * %(step)s::float8 AS bucket,
+       CASE WHEN %(merged)s::boolean THEN '*' ELSE queue END AS queue, metric,
+       sum(value) AS value
 FROM conveyor_metrics
 WHERE bucket >= to_timestamp(%(since)s) AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-GROUP BY bucket, queue, metric
-ORDER BY bucket;
+  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+GROUP BY 1, 2, metric
+ORDER BY 1;
 
 -- name: metrics_totals
 SELECT queue, task, metric, value FROM conveyor_metrics_totals ORDER BY queue, task, metric;
@@ -44,10 +49,13 @@ FROM (
 ON CONFLICT (bucket, queue, state) DO UPDATE SET n = excluded.n;
 
 -- name: metrics_depth_series
-SELECT extract(epoch FROM bucket)::float8 AS bucket, queue, state, n
+-- The per-minute samples, each ``step``-second bucket showing its peak.
+SELECT floor(extract(epoch FROM bucket)::float8 / %(step)s::float8) * %(step)s::float8 AS bucket,
+       queue, state, max(n) AS n
 FROM conveyor_metrics_depth
-WHERE bucket >= to_timestamp(%(since)s)
-ORDER BY bucket;
+WHERE bucket >= to_timestamp(%(since)s) AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+GROUP BY 1, queue, state
+ORDER BY 1;
 
 -- name: metrics_prune
 DELETE FROM conveyor_metrics WHERE bucket < to_timestamp(%(before)s);

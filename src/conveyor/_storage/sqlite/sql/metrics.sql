@@ -14,11 +14,15 @@ ON CONFLICT (queue, task, metric) DO UPDATE
 SET value = value + excluded.value, updated_at = excluded.updated_at;
 
 -- name: metrics_series
-SELECT bucket, queue, metric, sum(value) AS value
+-- Minutes summed into :step-second buckets (aligned on the epoch), per queue or, with
+-- :merged, for all queues as '*': a chart's points are aggregated here, never in Python.
+SELECT CAST(bucket / :step AS INTEGER) * :step AS bucket,
+       CASE WHEN :merged THEN '*' ELSE queue END AS queue, metric, sum(value) AS value
 FROM conveyor_metrics
 WHERE bucket >= :since AND (:queue IS NULL OR queue = :queue)
-GROUP BY bucket, queue, metric
-ORDER BY bucket;
+  AND (:task IS NULL OR task = :task)
+GROUP BY 1, 2, metric
+ORDER BY 1;
 
 -- name: metrics_totals
 SELECT queue, task, metric, value FROM conveyor_metrics_totals ORDER BY queue, task, metric;
@@ -40,10 +44,12 @@ WHERE true
 ON CONFLICT (bucket, queue, state) DO UPDATE SET n = excluded.n;
 
 -- name: metrics_depth_series
-SELECT bucket, queue, state, n
+-- The per-minute samples, each :step-second bucket showing its peak.
+SELECT CAST(bucket / :step AS INTEGER) * :step AS bucket, queue, state, max(n) AS n
 FROM conveyor_metrics_depth
-WHERE bucket >= :since
-ORDER BY bucket;
+WHERE bucket >= :since AND (:queue IS NULL OR queue = :queue)
+GROUP BY 1, queue, state
+ORDER BY 1;
 
 -- name: metrics_prune
 DELETE FROM conveyor_metrics WHERE bucket < :before;

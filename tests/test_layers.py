@@ -74,7 +74,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conveyor._runtime.heartbeat", "conveyor._runtime.inprocess",
         "conveyor._runtime.leader", "conveyor._runtime.metrics", "conveyor._runtime.producer",
         "conveyor._runtime.progress", "conveyor._runtime.pruner", "conveyor._runtime.expirer",
-        "conveyor._runtime.queue_settings", "conveyor._runtime.rescuer",
+        "conveyor._runtime.queue_settings", "conveyor._runtime.recycler", "conveyor._runtime.rescuer",
         "conveyor._runtime.service", "conveyor._runtime.stager", "conveyor._runtime.vacuumer",
         "conveyor._runtime.worker",
     ),

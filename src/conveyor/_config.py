@@ -224,6 +224,24 @@ class WorkerConfig:
         3600.0, "seconds a job of a task no worker knows keeps waiting for one that does "
                 "(rolling deploys) before it is discarded; 0 discards at once")
 
+    #: Recycling (see docs/scaling.md): the worker stops claiming once it finished this
+    #: many jobs, drains as on SIGTERM and ``run_worker`` returns why; the CLI's supervisor
+    #: starts a replacement process. None: never.
+    max_jobs_per_child: int | None = _field(
+        None, "jobs a worker process finishes before it drains and is replaced (recycled); "
+              "runs the worker under the supervisor (see --processes)")
+    #: The same bound on the process's own resident memory (bytes), checked every
+    #: couple of seconds.
+    max_memory_per_child: int | None = _field(
+        None, "resident memory of a worker process after which it drains and is replaced")
+    #: Hard time limit: a sync handler still running this many seconds past its task's
+    #: ``timeout`` (its attempt already failed with the timeout) gets its process
+    #: recycled at once: the other running jobs go back without using an attempt and the
+    #: process exits, which ends the stuck thread. None: threads run on (soft limit only).
+    hard_timeout_grace: float | None = _field(
+        None, "seconds a sync handler may run past its timeout before its worker process "
+              "is replaced, ending it (a hard time limit); runs under the supervisor")
+
     def __post_init__(self) -> None:
         if not self.queues:
             raise ValueError("a worker needs at least one queue")
@@ -250,6 +268,13 @@ class WorkerConfig:
             raise ValueError("archive_interval must be a finite number of seconds > 0")
         if not 0 < self.vacuum_interval < float("inf"):
             raise ValueError("vacuum_interval must be a finite number of seconds > 0")
+        for name in ("max_jobs_per_child", "max_memory_per_child"):
+            bound = getattr(self, name)
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)
+                                      or bound < 1):
+                raise ValueError(f"{name} must be an int >= 1 (or None)")
+        if self.hard_timeout_grace is not None and not 0 < self.hard_timeout_grace < float("inf"):
+            raise ValueError("hard_timeout_grace must be a finite number of seconds > 0")
         if (isinstance(self.vacuum_dead_rows, bool) or not isinstance(self.vacuum_dead_rows, int)
                 or self.vacuum_dead_rows < 0):
             raise ValueError("vacuum_dead_rows must be an int >= 0")

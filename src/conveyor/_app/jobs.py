@@ -253,7 +253,7 @@ class JobsApp(ResultsApp):
     async def run_worker(
         self, queues: Mapping[str, int] | None = None, *, config: WorkerConfig | None = None,
         stop: asyncio.Event | None = None, on_started: Callable[[], object] | None = None,
-    ) -> None:
+    ) -> str | None:
         """Run a worker on the running loop until stopped (or drained, with burst).
 
         ``stop`` (an event of this loop) stops it from the program itself, as SIGTERM
@@ -261,6 +261,8 @@ class JobsApp(ResultsApp):
         given back (e.g. a web server's shutdown, see ``conveyor.contrib.asgi``).
         ``on_started()`` is called once its services have started and it claims (a
         benchmark starts its clock there; ``conveyor demo`` its display).
+        It returns None, or why the worker stopped to be replaced by a fresh process
+        (``max_jobs_per_child``, ``max_memory_per_child``, ``hard_timeout_grace``).
 
         Without ``queues`` (and with a config whose queues nobody set), it serves
         every queue the app's tasks and schedules name, plus ``default``, each with the
@@ -298,6 +300,7 @@ class JobsApp(ResultsApp):
         finally:
             for watcher in watchers:
                 watcher.cancel()
+        return worker.recycled
 
     # -- tasks and schedules ---------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from .._registry import Registry
 from .._storage import JobAck, make_ack
 from .._task import Task
 from .._task_retry import QueueBackoff, discard_reason, task_delay
+from .recycler import Overdue
 
 log = logging.getLogger("conveyor.job")
 MAX_DELAY = _payload.MAX_DELAY_SECONDS
@@ -102,6 +103,10 @@ class Executor:
         self._fits: dict[tuple[str, int, tuple[str, ...]], str | None] = {}
         #: Each queue's live default backoff, kept current by the QueueSettings service.
         self.queue_backoffs: dict[str, QueueBackoff] = {}
+        #: Hard time limit (hard_timeout_grace): sync handlers past their soft timeout,
+        #: watched by the Recycler; None: not configured, nothing is recorded.
+        self.hard_grace: float | None = None
+        self.overdue: list[Overdue] = []
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -205,6 +210,8 @@ class Executor:
         done, _ = await asyncio.wait({future}, timeout=timeout)
         if not done:
             ex.ctx._cancel.set()
+            if self.hard_grace is not None:
+                self.overdue.append(Overdue(ex.job.id, future, loop.time() + self.hard_grace))
             raise TaskTimedOut
         return future.result()
 

@@ -42,6 +42,7 @@ from .producer import Producer
 from .progress import ProgressFlusher
 from .pruner import Pruner
 from .queue_settings import QueueSettings
+from .recycler import Recycler
 from .rescuer import Rescuer
 from .service import Service
 from .stager import Stager
@@ -116,6 +117,15 @@ class Worker:
         self.services = self._services(registry, observed, config)
         storage.on_outcome(self.metrics.finished_many)
         self.completed = 0
+        #: Why this worker asked to be replaced (the Recycler), else None.
+        self.recycled: str | None = None
+        self._at_once = False
+        self._recycle_after = config.max_jobs_per_child
+        if (config.max_jobs_per_child or config.max_memory_per_child
+                or config.hard_timeout_grace):
+            self.executor.hard_grace = config.hard_timeout_grace
+            self.services.append(Recycler(
+                self.executor.overdue, self.recycle, max_memory=config.max_memory_per_child))
 
     def _services(self, registry: Registry, observed: ObservedStorage,
                   config: WorkerConfig) -> list[Service]:
@@ -244,6 +254,9 @@ class Worker:
                 if ack.id not in applied:
                     log.warning("outcome of job %d rejected by the fence (lease lost)", ack.id)
         self.completed += len(applied)
+        if self._recycle_after is not None and self.completed >= self._recycle_after:
+            self._recycle_after = None  # once
+            self.recycle(f"max_jobs_per_child: {self.completed} jobs finished")
         for producer in self.producers.values():  # a claim may have waited for this flush
             producer.wake()
 
@@ -265,6 +278,15 @@ class Worker:
                 self.chunker.fire_all()
             for producer in self.producers.values():
                 producer.wake()
+
+    def recycle(self, reason: str, at_once: bool = False) -> None:
+        """Stop to be replaced by a fresh process: drain as on SIGTERM, or, ``at_once``
+        (a hard time limit), give every running job back now without using an attempt."""
+        if self.recycled is None or at_once:
+            log.warning("recycling this worker process (%s)", reason)
+            self.recycled = reason
+        self._at_once = self._at_once or at_once
+        self.request_stop()
 
     def _on_wake(self, queue: str) -> None:
         def wake() -> None:
@@ -313,7 +335,7 @@ class Worker:
     async def _shutdown_when_stopping(self) -> None:
         await self._stopping.wait()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.shutdown_timeout
+        deadline = loop.time() + (0.0 if self._at_once else self.config.shutdown_timeout)
         if self._claiming:
             # A claim already on its way when the stop came starts its jobs after this
             # point; taken before it returned, the list below would miss them, and they

@@ -1,8 +1,10 @@
-"""Running worker processes: the supervisor behind ``conveyor worker --processes N``, and
-a prompt exit when sync handlers ignore the stop."""
+"""Running worker processes: the supervisor behind ``conveyor worker --processes N``
+(it replaces a child that asks to be recycled or dies, backing off when children die
+right after starting), and a prompt exit when sync handlers ignore the stop."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -13,7 +15,7 @@ import time
 from types import FrameType
 
 
-def exit_if_handlers_linger(grace: float = 0.5) -> None:
+def exit_if_handlers_linger(grace: float = 0.5, code: int = 0) -> None:
     """After the worker stopped, do not wait for sync handlers still running.
 
     Their jobs were already given back at the shutdown timeout; Python cannot stop a
@@ -29,13 +31,23 @@ def exit_if_handlers_linger(grace: float = 0.5) -> None:
                 lingering.append(thread)
     if not lingering:
         return
-    logging.getLogger("conveyor.worker").warning(
-        "%d sync handler(s) ignored the stop and still run; their jobs were given back, "
-        "exiting without them", len(lingering))
+    log.warning("%d sync handler(s) ignored the stop and still run; their jobs were given "
+                "back, exiting without them", len(lingering))
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(code)
+
+
+log = logging.getLogger("conveyor.worker")
+
+#: A child's "recycle me" exit status (EX_TEMPFAIL): it reached --max-jobs-per-child,
+#: --max-memory-per-child or a hard time limit, drained, and wants a replacement.
+RECYCLE_EXIT = 75
+#: A child that dies sooner than this after its start counts as a crash loop: its
+#: restarts wait 1 s, 2 s, 4 s ... up to MAX_BACKOFF.
+FAST_DEATH = 10.0
+MAX_BACKOFF = 30.0
 
 
 def _exit_code(returncode: int) -> int:
@@ -43,30 +55,112 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def describe_exit(returncode: int) -> str:
+    """``-9`` -> ``killed by SIGKILL``; ``3`` -> ``exit code 3``."""
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+@dataclasses.dataclass
+class Child:
+    """One slot of the supervisor: its process now, and what happened to the ones before."""
+
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    restarts: int = 0
+    fast_deaths: int = 0
+    last_death: str | None = None
+    restart_at: float | None = None  # a dead child's replacement waits until then
+    done: bool = False  # exited 0 (burst) or during a stop: not replaced
+
+
+class Supervisor:
+    """Runs ``processes`` children of ``argv`` and keeps them running until stopped."""
+
+    def __init__(self, argv: list[str], processes: int) -> None:
+        self.argv = argv
+        self.children = [Child(i) for i in range(processes)]
+        self.stopping = False
+        self.codes: list[int] = []
+
+    def start(self, child: Child) -> None:
+        argv = list(self.argv)
+        if child.restarts:  # shown with the node: conveyor status, the workers page
+            argv += ["--label", f"conveyor.restarts={child.restarts}"]
+            if child.last_death:
+                argv += ["--label", f"conveyor.last-death={child.last_death}"]
+        child.proc = subprocess.Popen(argv, process_group=0)
+        child.started, child.restart_at = time.monotonic(), None
+
+    def forward(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+        for child in self.children:
+            if child.proc is not None and child.proc.poll() is None:
+                child.proc.send_signal(signum)
+
+    def check(self, child: Child, now: float) -> None:
+        """A child that exited is replaced: at once when it asked to be recycled or lived
+        long, after a growing delay when it died right after starting."""
+        proc = child.proc
+        if proc is None:
+            if child.restart_at is not None and now >= child.restart_at and not self.stopping:
+                self.start(child)
+            return
+        rc = proc.poll()
+        if rc is None:
+            return
+        child.proc = None
+        if self.stopping or rc == 0:
+            child.done = True
+            self.codes.append(_exit_code(rc))
+            return
+        child.restarts += 1
+        lived = now - child.started
+        if rc == RECYCLE_EXIT:
+            log.info("worker child %d (pid %d) recycled itself after %.1fs; starting a "
+                     "replacement", child.index, proc.pid, lived)
+            child.fast_deaths = 0
+            self.start(child)
+            return
+        child.last_death = describe_exit(rc).removeprefix("killed by ").replace(" ", "-")
+        child.fast_deaths = child.fast_deaths + 1 if lived < FAST_DEATH else 0
+        delay = min(2.0 ** (child.fast_deaths - 1), MAX_BACKOFF) if child.fast_deaths else 0.0
+        log.warning("worker child %d (pid %d) died: %s after %.1fs; restart #%d in %.0fs",
+                    child.index, proc.pid, describe_exit(rc), lived, child.restarts, delay)
+        child.restart_at = now + delay
+
+    def run(self, poll: float) -> int:
+        for child in self.children:
+            self.start(child)
+        previous = {sig: signal.signal(sig, self.forward)
+                    for sig in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not all(child.done or (self.stopping and child.proc is None)
+                          for child in self.children):
+                now = time.monotonic()
+                for child in self.children:
+                    self.check(child, now)
+                time.sleep(poll)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return max(self.codes, default=0)
+
+
 def supervise(argv: list[str], processes: int, poll: float = 0.1) -> int:
-    """Run ``processes`` children, forward SIGTERM/SIGINT, return the worst exit code.
+    """Run ``processes`` children, forward SIGTERM/SIGINT, return the worst exit code of
+    the last children.
 
     Children get their own process group, so a terminal's Ctrl-C reaches them only
-    once, through us. If one child fails, the others are asked to stop too.
+    once, through us. A child that exits on its own other than with 0 (``--burst``: the
+    queues are empty) is replaced: one that asks to be recycled at once, one that died
+    (a crash, an OOM kill) after a delay that grows while children die right after
+    starting; each replacement carries ``conveyor.restarts`` (and ``conveyor.last-death``)
+    labels, shown with its node.
     """
-    children = [subprocess.Popen(argv, process_group=0) for _ in range(processes)]
-    stopping = False
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        while any(child.poll() is None for child in children):
-            failed = any(child.returncode not in (None, 0) for child in children)
-            if failed and not stopping:
-                forward(signal.SIGTERM, None)
-            time.sleep(poll)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return max(_exit_code(child.returncode) for child in children)
+    return Supervisor(argv, processes).run(poll)

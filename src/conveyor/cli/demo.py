@@ -156,7 +156,7 @@ async def _enqueue(app: Conveyor, specs: list[JobSpec]) -> list[int]:
 
 
 async def _watch(app: Conveyor, baseline: dict[str, int], total: int,
-                 runner: asyncio.Task[None], out: Console) -> dict[str, int]:
+                 runner: asyncio.Task[str | None], out: Console) -> dict[str, int]:
     """Poll counts and redraw until every demo job is final or the worker stops."""
     progress = Progress(TextColumn("[bold]finished"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),

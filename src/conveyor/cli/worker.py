@@ -24,11 +24,38 @@ from .._routing import check_task_filter
 from ._base import EPILOG, PROCESS, common_options, run_async
 from ._loading import open_app
 from ._logging import LOG_LEVELS, configure_logging
-from ._supervisor import exit_if_handlers_linger, supervise
+from ._supervisor import RECYCLE_EXIT, exit_if_handlers_linger, supervise
 
 #: WorkerConfig fields with their own hand-written options (-q/-c, --burst, --label,
 #: --tasks).
-NOT_FLAGS = frozenset({"queues", "burst", "labels", "tasks"})
+NOT_FLAGS = frozenset({"queues", "burst", "labels", "tasks", "max_memory_per_child"})
+
+#: Options that make the worker process recycle itself: they need the supervisor.
+RECYCLING = ("max_jobs_per_child", "max_memory_per_child", "hard_timeout_grace")
+_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
+
+
+class Size(click.ParamType[int]):
+    """A memory size: a number and a unit, ``512MB``, ``1.5GB``, ``300000KB`` (binary:
+    1 MB = 1024 KB); the unit is required, a bare number is an error."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower().replace(" ", "")
+        number = text.rstrip("kmgb")
+        unit = text[len(number):]
+        try:
+            size = int(float(number) * _UNITS[unit])
+        except (KeyError, ValueError):
+            self.fail(f"{value!r} is not a size: give a number and KB, MB or GB (e.g. 512MB)",
+                      param, ctx)
+        if size < 1024**2:
+            self.fail(f"{value!r} is below 1MB: no worker process fits in it", param, ctx)
+        return size
 
 
 def config_fields() -> list[dataclasses.Field[Any]]:
@@ -79,6 +106,8 @@ class WorkerOptions:
     labels: dict[str, str] = dataclasses.field(default_factory=dict)
     #: --tasks: only jobs of these tasks are claimed; None: every task.
     tasks: tuple[str, ...] | None = None
+    #: --max-memory-per-child in bytes; None: no bound.
+    max_memory: int | None = None
 
 
 def parse_queues(specs: Sequence[str], concurrency: int,
@@ -149,7 +178,8 @@ def build_config(opts: WorkerOptions) -> WorkerConfig:
         for name in opts.queues:
             _payload.check_queue_name(name)
         return WorkerConfig(queues=dict(opts.queues), burst=opts.burst, labels=opts.labels,
-                            tasks=opts.tasks, **opts.settings)
+                            tasks=opts.tasks, max_memory_per_child=opts.max_memory,
+                            **opts.settings)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -162,8 +192,10 @@ def child_argv(app_path: str, url: str | None, opts: WorkerOptions) -> list[str]
     for name, value in opts.settings.items():
         if value is not None:
             argv += [_flag(name), repr(value)]
+    if opts.max_memory is not None:
+        argv += ["--max-memory-per-child", f"{opts.max_memory}B"]
     argv += ["--log-level", opts.log_level, "--log-format", opts.log_format,
-             "--processes", "1"]
+             "--processes", "1", "--supervised-child"]
     if opts.burst:
         argv.append("--burst")
     for key, value in opts.labels.items():
@@ -216,7 +248,14 @@ def tune_gc() -> None:
 @click.option("-c", "--concurrency", type=click.IntRange(min=1), default=10, show_default=True,
               help="Concurrency of queues given without :N.")
 @click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Run N worker processes under a supervisor.")
+              help="Run N worker processes under a supervisor, which replaces a child "
+              "that dies (backing off when they die right after starting) or asks to be "
+              "recycled (--max-jobs-per-child, --max-memory-per-child, "
+              "--hard-timeout-grace: these run even one process under the supervisor).")
+@click.option("--max-memory-per-child", "max_memory", type=Size(), default=None,
+              metavar="SIZE", help="Resident memory (e.g. 512MB, 2GB) after which a worker "
+              "process stops claiming, drains and is replaced; checked every 2 s.")
+@click.option("--supervised-child", is_flag=True, hidden=True)
 @click.option("--burst", is_flag=True, help="Exit once the queues are empty.")
 @config_options
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False),
@@ -226,8 +265,9 @@ def tune_gc() -> None:
 @common_options
 def worker(app_arg: str | None, queue_specs: tuple[str, ...], all_queues: bool,
            label_specs: tuple[str, ...], task_specs: tuple[str, ...], concurrency: int,
-           processes: int, burst: bool, log_level: str, log_format: str,
-           app_path: str | None, url: str | None, **settings: Any) -> None:
+           processes: int, max_memory: int | None, supervised_child: bool, burst: bool,
+           log_level: str, log_format: str, app_path: str | None, url: str | None,
+           **settings: Any) -> None:
     """Run a worker for the app at APP_PATH (module:attribute, or $CONVEYOR_APP).
 
     SIGTERM or Ctrl-C stops fetching and lets running jobs finish (up to
@@ -245,12 +285,17 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], all_queues: bool,
     opts = WorkerOptions(
         queues=queues, concurrency=concurrency, burst=burst,
         settings=settings, log_level=log_level.upper(), log_format=log_format, labels=labels,
-        tasks=worker_tasks(app, task_specs),
+        tasks=worker_tasks(app, task_specs), max_memory=max_memory,
     )
     config = build_config(opts)
-    if processes > 1:
-        sys.exit(supervise(child_argv(app_path, url, opts), processes))
     configure_logging(opts.log_level, opts.log_format)
+    recycles = max_memory is not None or any(settings.get(name) for name in RECYCLING)
+    if processes > 1 or (recycles and not supervised_child):
+        sys.exit(supervise(child_argv(app_path, url, opts), processes))
     tune_gc()
-    run_async(app, lambda: app.run_worker(config.queues, config=config))
-    exit_if_handlers_linger()
+    recycled = run_async(app, lambda: app.run_worker(config.queues, config=config))
+    code = RECYCLE_EXIT if recycled else 0
+    # a hard time limit ends the stuck thread now: its jobs were given back already
+    hard = bool(recycled and recycled.startswith("hard"))
+    exit_if_handlers_linger(0.0 if hard else 0.5, code=code)
+    sys.exit(code)

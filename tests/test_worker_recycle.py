@@ -1,0 +1,196 @@
+"""Worker processes that stay healthy, with real `conveyor worker` processes and real
+signals on both backends: a child recycled after N jobs (every job run exactly once), a
+memory bound, a hard time limit that kills a stuck sync handler with its process, a
+child killed with SIGKILL replaced and logged, and bad option values.
+
+Every wait is a condition with a deadline (the machine is loaded)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conveyor import Conveyor, JobState
+
+from .apps import recycle_app
+from .conftest import WaitFor
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = "tests.apps.recycle_app:app"
+WORKER_ARGS = ("--heartbeat-interval", "0.3", "--lease-ttl", "3", "--shutdown-timeout", "3",
+               "--stage-interval", "0.1")
+DEADLINE = 90.0
+
+
+class Run:
+    """One supervised `conveyor worker`, its log and the handlers' ledger."""
+
+    def __init__(self, db_url: str, tmp: Path) -> None:
+        self.db_url, self.ledger, self.log = db_url, tmp / "ledger.txt", tmp / "worker.log"
+        self.ledger.touch()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "CONVEYOR_URL": self.db_url,
+                "CONVEYOR_TEST_LEDGER": str(self.ledger),
+                "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+
+    def start(self, *args: str) -> None:
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "conveyor", "worker", APP, *WORKER_ARGS, *args],
+                env=self.env(), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+    def lines(self, event: str) -> list[tuple[int, int]]:
+        """(job id, pid) of each ledger line of ``event``."""
+        out = []
+        for line in self.ledger.read_text().splitlines():
+            name, job, pid = line.split()
+            if name == event:
+                out.append((int(job), int(pid)))
+        return out
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@pytest.fixture
+def run(db_url: str, tmp_path: Path) -> Iterator[Run]:
+    r = Run(db_url, tmp_path)
+    try:
+        yield r
+    finally:
+        r.stop()
+
+
+@pytest.fixture
+def tasks(db_url: str) -> Iterator[Conveyor]:
+    app = recycle_app.build(db_url)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
+def _all_in(app: Conveyor, ids: list[int], *states: JobState) -> bool:
+    return all(j is not None and j.state in states for j in (app.get_job(i) for i in ids))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_child_is_recycled_after_n_jobs_and_every_job_runs_once(
+        run: Run, tasks: Conveyor, wait_for: WaitFor) -> None:
+    ids = [tasks.tasks["count"].enqueue().id for _ in range(24)]
+    run.start("--max-jobs-per-child", "5", "-c", "2")  # one process, under the supervisor
+    wait_for(lambda: _all_in(tasks, ids, JobState.COMPLETED), DEADLINE,
+             message=f"every job completed\n{run.output()}")
+    runs = run.lines("run")
+    assert sorted(job for job, _ in runs) == sorted(ids), collections.Counter(j for j, _ in runs)
+    assert all(tasks.get_job(i).attempt == 1 for i in ids)  # type: ignore[union-attr]
+    assert len({pid for _, pid in runs}) >= 3, run.output()
+    assert "recycled itself" in run.output() and "max_jobs_per_child" in run.output()
+
+
+def test_a_memory_bound_recycles_the_child(run: Run, tasks: Conveyor, wait_for: WaitFor) -> None:
+    first = tasks.tasks["hog"].enqueue(mb=120).id
+    run.start("--max-memory-per-child", "100MB", "-c", "1")
+    wait_for(lambda: "max_memory_per_child" in run.output() and "recycled itself" in run.output(),
+             DEADLINE, message=f"a recycle for memory\n{run.output()}")
+    second = tasks.tasks["count"].enqueue().id
+    wait_for(lambda: _all_in(tasks, [first, second], JobState.COMPLETED), DEADLINE,
+             message=run.output())
+    (_, hog_pid), = run.lines("hog")
+    (_, count_pid), = run.lines("run")
+    assert hog_pid != count_pid  # the replacement ran the next job
+
+
+def test_a_stuck_sync_handler_is_killed_with_its_process(
+        run: Run, tasks: Conveyor, wait_for: WaitFor) -> None:
+    stuck = tasks.tasks["stuck"].enqueue().id
+    run.start("--hard-timeout-grace", "1", "-c", "4", "--shutdown-timeout", "30")
+    wait_for(lambda: run.lines("stuck"), DEADLINE, message=run.output())
+    others = [tasks.tasks["slow"].enqueue(seconds=4.0).id for _ in range(2)]
+    # both attempts time out (max_attempts=2): each stuck thread ends with its process
+    wait_for(lambda: _all_in(tasks, [stuck], JobState.DISCARDED), DEADLINE,
+             message=f"the stuck job discarded after 2 timed-out attempts\n{run.output()}")
+    job = tasks.get_job(stuck)
+    assert job is not None and len(job.errors) == 2, job
+    assert all("ran past its timeout" in e["error"] for e in job.errors), job.errors
+    # 2 or 3 starts, in 1 or 2 processes: the retry may be claimed by the same child
+    # before its hard limit fired (then it fails there too, or is given back with the
+    # rest, no attempt used, and runs again in the replacement)
+    pids = [pid for _, pid in run.lines("stuck")]
+    assert len(pids) >= 2, pids
+    wait_for(lambda: not any(_alive(p) for p in pids), DEADLINE, message="stuck processes gone")
+    assert "hard time limit" in run.output()
+    wait_for(lambda: _all_in(tasks, others, JobState.COMPLETED), DEADLINE, message=run.output())
+    for i in others:  # given back by the killed child without using an attempt
+        assert tasks.get_job(i).attempt == 1  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV])
+def test_a_dead_child_is_replaced_and_logged(
+        run: Run, tasks: Conveyor, wait_for: WaitFor, sig: signal.Signals) -> None:
+    run.start("--processes", "2")
+    nodes = wait_for(lambda: len(tasks.list_nodes()) == 2 and tasks.list_nodes(), DEADLINE,
+                     message=run.output())
+    victim = nodes[0].pid
+    os.kill(victim, sig)
+    wait_for(lambda: f"pid {victim}) died: killed by {sig.name}" in run.output(), DEADLINE,
+             message=run.output())
+    def replaced() -> bool:
+        return any(n.labels.get("conveyor.last-death") == sig.name
+                   and n.labels.get("conveyor.restarts") == "1" for n in tasks.list_nodes())
+    wait_for(replaced, DEADLINE, message=run.output())
+    job = tasks.tasks["count"].enqueue().id
+    wait_for(lambda: _all_in(tasks, [job], JobState.COMPLETED), DEADLINE, message=run.output())
+    status = subprocess.run([sys.executable, "-m", "conveyor", "status", "--app", APP, "--json"],
+                            env=run.env(), cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    labels = [n["labels"] for n in json.loads(status.stdout)["workers"]]
+    assert {"conveyor.restarts": "1", "conveyor.last-death": sig.name} in labels, labels
+
+
+@pytest.mark.parametrize("args", [
+    ("--max-jobs-per-child", "0"), ("--max-jobs-per-child", "x"),
+    ("--max-memory-per-child", "512"), ("--max-memory-per-child", "12XB"),
+    ("--max-memory-per-child", "0MB"), ("--hard-timeout-grace", "0"),
+    ("--hard-timeout-grace", "-1"),
+])
+def test_bad_option_values_exit_2(run: Run, args: tuple[str, ...]) -> None:
+    done = subprocess.run([sys.executable, "-m", "conveyor", "worker", APP, *args],
+                          env=run.env(), cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert args[0] in done.stderr
+
+
+def test_size_parsing() -> None:
+    from conveyor.cli.worker import Size
+
+    size = Size()
+    assert size.convert("512MB", None, None) == 512 * 1024**2
+    assert size.convert("1.5gb", None, None) == int(1.5 * 1024**3)
+    assert size.convert("300000 KB", None, None) == 300000 * 1024

@@ -74,7 +74,7 @@ def load_queries(dialect: str) -> dict[str, str]:
             queries[name] = body.strip().rstrip(";")
     returning = claim_returning(dialect)  # a claim's columns are listed once, in rows.py
     for name in ("job_fetch_available", "job_fetch_available_fair",
-                 "job_fetch_available_fair_plain"):
+                 "job_fetch_available_fair_plain", "job_fetch_available_fair_one"):
         queries[name] = queries[name].replace("{claim_columns}", returning)
     queries.update(routed_claims(queries))
     return queries

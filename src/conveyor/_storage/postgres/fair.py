@@ -25,6 +25,16 @@ def _claim_order(row: Any) -> tuple[Any, ...]:
     return (-row[_PRIORITY], row[_SCHEDULED], row[0])
 
 
+def _interleaved(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows in claim order, keys taking turns: each key's first, then each one's second."""
+    seen: dict[Any, int] = {}
+    ranked: list[tuple[int, int, tuple[Any, ...]]] = []
+    for row in rows:
+        rank = seen[row[_FAIR_KEY]] = seen.get(row[_FAIR_KEY], -1) + 1
+        ranked.append((rank, len(ranked), row))
+    return [row for _, _, row in sorted(ranked, key=lambda r: (r[0], r[1]))]
+
+
 async def fair_claim(conn: psycopg.AsyncConnection[Any], queries: Mapping[str, str],
                      limit: int, values: Mapping[str, Any], keys: Mapping[str, Any],
                      read_keys: Callable[[Sequence[Any]], list[FairKey]],
@@ -33,8 +43,16 @@ async def fair_claim(conn: psycopg.AsyncConnection[Any], queries: Mapping[str, s
     ``values``: the claim's (owner, lease, a routed claim's labels and tasks); ``keys``:
     ``job_fair_keys``' (queue, lookahead), its rows made keys by ``read_keys``. A round
     that ran short (a key without jobs this claimer may take) is followed by another
-    transaction without that key, up to ``MAX_ROUNDS``."""
+    transaction without that key, up to ``MAX_ROUNDS``. A claimer without labels or
+    task filter, while the queue has no keyless jobs to look for, claims with one
+    statement instead (``job_fetch_available_fair_one``: the plan in SQL)."""
     out: list[tuple[Any, ...]] = []
+    if not routed and not keys["lookahead"]:  # the common case: one statement
+        cur = conn.cursor(row_factory=tuple_row)
+        await cur.execute(queries["job_fetch_available_fair_one"], {**values, **keys})
+        out = _interleaved(sorted(await cur.fetchall(), key=_claim_order))
+        if len(out) >= limit:
+            return out  # else: a key ran short (or the work did): rounds for the rest
     dry: set[str] = set()
     for _ in range(MAX_ROUNDS):
         rows, short = await _round(conn, queries, limit - len(out), values, keys,

@@ -47,6 +47,81 @@ FROM (SELECT max(priority) AS priority
 LEFT JOIN conveyor_fair_keys AS f ON f.queue = %(queue)s::text AND f.fair_key = ''
 WHERE h.priority IS NOT NULL;
 
+-- name: job_fetch_available_fair_one
+-- The whole fair claim in one statement, for a claimer without labels or task filter
+-- while its queue has no keyless jobs to look for (fair.py): the plan of fairness.py
+-- in SQL, for the keys at the top priority. The keys' rows are locked first (FOR
+-- UPDATE reads their latest virtual times, whatever the statement's snapshot), so
+-- fair claims of a queue take turns; a job another claim took meanwhile is skipped by
+-- the LATERAL's FOR UPDATE (its state is read again).
+WITH RECURSIVE k(fair_key) AS (
+    SELECT (SELECT fair_key FROM conveyor_jobs
+            WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
+            ORDER BY fair_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.fair_key FROM conveyor_jobs AS j
+            WHERE j.state = 'available' AND j.queue = %(queue)s::text AND j.fair_key IS NOT NULL
+              AND j.fair_key > k.fair_key
+            ORDER BY j.fair_key LIMIT 1)
+    FROM k WHERE k.fair_key IS NOT NULL
+), f AS (
+    SELECT fair_key, weight, vtime FROM conveyor_fair_keys
+    WHERE queue = %(queue)s::text
+    FOR UPDATE
+), w AS (
+    SELECT k.fair_key,
+           (SELECT j.priority FROM conveyor_jobs AS j
+            WHERE j.state = 'available' AND j.queue = %(queue)s::text
+              AND j.fair_key IS NOT NULL AND j.fair_key = k.fair_key
+            ORDER BY j.priority DESC LIMIT 1) AS priority,
+           coalesce(f.weight, 1.0) AS weight, coalesce(f.vtime, 0.0) AS vtime
+    FROM k LEFT JOIN f ON f.fair_key = k.fair_key
+    WHERE k.fair_key IS NOT NULL
+), s AS (
+    SELECT fair_key, priority, weight,
+           greatest(vtime, (SELECT max(vtime) FROM w) - 1.0) AS start
+    FROM w
+    WHERE priority = (SELECT max(priority) FROM w)
+    ORDER BY greatest(vtime, (SELECT max(vtime) FROM w) - 1.0) + 1.0 / weight, fair_key
+    LIMIT %(limit)s
+), q AS (
+    SELECT t.fair_key, min(t.priority) AS priority, min(t.start) AS start,
+           min(t.weight) AS weight, count(*)::integer AS n
+    FROM (SELECT s.* FROM s CROSS JOIN generate_series(1, %(limit)s) AS g(n)
+          ORDER BY s.start + g.n / s.weight, s.fair_key
+          LIMIT %(limit)s) AS t
+    GROUP BY t.fair_key
+), claimed AS (
+    UPDATE conveyor_jobs AS j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        attempted_at = now(),
+        lease_owner = %(owner)s::text,
+        lease_token = 1 + floor(random() * 9.0e18)::bigint,
+        lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+    FROM (
+        SELECT c.id
+        FROM q CROSS JOIN LATERAL (
+            SELECT id FROM conveyor_jobs
+            WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
+              AND fair_key = q.fair_key AND priority = q.priority
+              AND requires IS NULL  -- routed: job_claim_route (schema.routed_claims)
+            ORDER BY priority DESC, scheduled_at, id
+            LIMIT q.n
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+    ) AS p
+    WHERE j.id = p.id
+    RETURNING {claim_columns}
+), served AS (
+    INSERT INTO conveyor_fair_keys (queue, fair_key, vtime)
+    SELECT %(queue)s::text, q.fair_key, q.start + count(*) / q.weight
+    FROM claimed JOIN q ON q.fair_key = claimed.fair_key
+    GROUP BY q.fair_key, q.start, q.weight
+    ON CONFLICT (queue, fair_key) DO UPDATE SET vtime = excluded.vtime
+)
+SELECT * FROM claimed;
+
 -- name: job_fetch_available_fair
 -- Each key's next jobs at one priority (parallel arrays of keys, counts, and the
 -- plan's start and weight per key), in one statement: a LATERAL probe of the fair

@@ -46,6 +46,11 @@ FROM (SELECT max(priority) AS priority
 LEFT JOIN conveyor_fair_keys AS f ON f.queue = :queue AND f.fair_key = ''
 WHERE h.priority IS NOT NULL;
 
+-- name: job_fetch_available_fair_one
+-- PostgreSQL claims in one statement when it can (its fair.py); SQLite's claim is
+-- statements in its write transaction (sqlite/fair.py): this twin is never run.
+SELECT * FROM (SELECT NULL AS requires) WHERE 0 AND requires IS NULL;
+
 -- name: job_fetch_available_fair
 -- One key's next :limit jobs at one priority (one key per call on SQLite).
 UPDATE conveyor_jobs

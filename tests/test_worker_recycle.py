@@ -7,6 +7,7 @@ Every wait is a condition with a deadline (the machine is loaded)."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
@@ -194,3 +195,29 @@ def test_size_parsing() -> None:
     assert size.convert("512MB", None, None) == 512 * 1024**2
     assert size.convert("1.5gb", None, None) == int(1.5 * 1024**3)
     assert size.convert("300000 KB", None, None) == 300000 * 1024
+
+
+def test_the_recycler_asks_once_for_memory_and_at_once_for_a_stuck_thread() -> None:
+    """run_once() directly: a memory bound below this process's memory recycles with a
+    drain; a thread past its hard deadline recycles at once; a thread that ended does
+    not."""
+    from conveyor._runtime.recycler import Overdue, Recycler, resident_bytes
+
+    async def main() -> None:
+        asked: list[tuple[str, bool]] = []
+        overdue: list[Overdue] = []
+        recycler = Recycler(overdue, lambda reason, now: asked.append((reason, now)),
+                            max_memory=resident_bytes() // 2)
+        assert (await recycler.run_once() or "").startswith("max_memory_per_child")
+        await recycler.run_once()
+        assert [now for _, now in asked] == [False]  # asked once
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[object] = loop.create_future()
+        ended.set_result(None)
+        stuck: asyncio.Future[object] = loop.create_future()
+        overdue += [Overdue(1, ended, loop.time() - 1), Overdue(2, stuck, loop.time() - 1)]
+        assert "job(s) 2 " in (await recycler.run_once() or "")
+        assert asked[-1][1] is True and [o.job_id for o in overdue] == [2]
+        stuck.cancel()
+
+    asyncio.run(main())

@@ -118,6 +118,7 @@ WITH RECURSIVE k(fair_key) AS (
     SELECT %(queue)s::text, q.fair_key, q.start + count(*) / q.weight
     FROM claimed JOIN q ON q.fair_key = claimed.fair_key
     GROUP BY q.fair_key, q.start, q.weight
+    ORDER BY q.fair_key  -- rows locked in key order by every claim: no deadlock
     ON CONFLICT (queue, fair_key) DO UPDATE SET vtime = excluded.vtime
 )
 SELECT * FROM claimed;
@@ -157,6 +158,7 @@ WITH claimed AS (
     JOIN unnest(%(fair_key)s::text[], %(start)s::float8[], %(weight)s::float8[])
          AS s(fair_key, start, weight) ON s.fair_key = claimed.fair_key
     GROUP BY s.fair_key, s.start, s.weight
+    ORDER BY s.fair_key  -- rows locked in key order by every claim: no deadlock
     ON CONFLICT (queue, fair_key) DO UPDATE SET vtime = excluded.vtime
 )
 SELECT * FROM claimed;
@@ -196,6 +198,7 @@ SELECT * FROM claimed;
 INSERT INTO conveyor_fair_keys (queue, fair_key, vtime)
 SELECT %(queue)s::text, s.fair_key, s.vtime
 FROM unnest(%(fair_key)s::text[], %(vtime)s::float8[]) AS s(fair_key, vtime)
+ORDER BY s.fair_key
 ON CONFLICT (queue, fair_key) DO UPDATE SET vtime = excluded.vtime;
 
 -- name: fair_weight_set

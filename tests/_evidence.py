@@ -34,6 +34,7 @@ BENCH_TOOLS: dict[str, tuple[str, ...]] = {
     "bench/results/read_replica.json": ("bench/read_replica.py",),
     "bench/results/chunks.json": ("bench/chunks.py",),
     "bench/results/fairness.json": ("bench/fairness.py",),
+    "bench/results/search.json": ("bench/search.py",),
 }
 #: ... and those whose output is printed or derived (model, profiles, retention), and the
 #: A/B and quick runners (`python -m bench` imports none of them either).

@@ -298,6 +298,40 @@ def flow_fairness(results: Path) -> str:
             f"{doc['loadavg_1m_at_end']:g} at the end): the ratios are rough.")
 
 
+#: bench/search.py's searches, as the table names them.
+SEARCHES = (("recent_order_id", "a recent `order_id` (1 match)"),
+            ("old_order_id_outside_the_bound", "an old `order_id`, past the bound (none found)"),
+            ("nested_customer_id", "`customer.id` (1 job in 5,000)"),
+            ("tag_1_percent", "a tag on 1% of the jobs"),
+            ("tag_and_argument", "that tag and `customer.tier`"))
+
+
+def dashboard_search(results: Path) -> str:
+    doc = _json("search.json", results)
+    machine = doc["machine"]
+    names = [(b, n) for b, n in (("postgres", "PostgreSQL"), ("sqlite", "SQLite"))
+             if b in doc["backends"]]
+    lines = ["| search (`list_jobs(..., limit=50)`) | "
+             + " | ".join(f"{n} median (worst)" for _, n in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for key, label in SEARCHES:
+        cells = []
+        for backend, _ in names:
+            row = doc["backends"][backend]["searches"][key]
+            cells.append(f"{row['median_ms']:,.0f} ms ({row['max_ms']:,.0f} ms)")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    loads = ", ".join(f"{n} {doc['backends'][b]['load_seconds']:g} s" for b, n in names)
+    return ("\n".join(lines) + "\n\n"
+            f"{doc['jobs']:,} finished jobs in history and {doc['hot']:,} waiting ones; each "
+            f"search reads the newest {doc['scan_bound']:,} jobs at most; "
+            f"{doc['rounds']} rounds each (loading history took {loads}; "
+            "`python -m bench.search`, `bench/results/search.json`, "
+            f"{_stamp(machine, measured=_evidence.SEARCH_MEASURED)}). "
+            f"A {machine['cores']}-core machine shared with other work "
+            f"(load average {machine['loadavg_1m']:g} at the start, "
+            f"{doc['loadavg_1m_at_end']:g} at the end).")
+
+
 RENDERERS: dict[str, Callable[[Path], str]] = {
     "readme-machine": readme_machine,
     "readme-end-to-end": readme_end_to_end,
@@ -313,6 +347,7 @@ RENDERERS: dict[str, Callable[[Path], str]] = {
     "workflows-completion-cost": workflows_completion_cost,
     "flow-chunks": flow_chunks,
     "flow-fairness": flow_fairness,
+    "dashboard-search": dashboard_search,
 }
 
 

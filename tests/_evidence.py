@@ -69,6 +69,11 @@ FAIRNESS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", "bench/fairness.p
                                       "bench/_env.py", "bench/_targets.py",
                                       "bench/__main__.py", "tests/_pg.py")
 
+#: What determines `python -m bench.search`' figures (bench/results/search.json): the
+#: library, the tool and the bench modules it imports.
+SEARCH_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", "bench/search.py", "bench/_env.py",
+                                    "bench/_targets.py", "bench/__main__.py", "tests/_pg.py")
+
 #: What determines the chaos results: the library, the scenarios and their harness, the
 #: apps and fixtures they run, the property-based model test.
 CHAOS_MEASURED: tuple[str, ...] = ("src", "pyproject.toml", ":(glob)tests/chaos/*.py",

@@ -292,7 +292,8 @@ def test_secrets_are_redacted_as_on_the_dashboard(api: Any) -> None:
     assert shown["args"] == [{"password": "[redacted]"}] and shown["kwargs"] == {"width": 1}
 
 
-def test_list_filters_and_pages_through_everything(api: Any, world: Any) -> None:
+def test_list_filters_and_pages_through_everything(api: Any, world: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     app, _ = world
     ids = [post(api, "/jobs", {"task": "resize", "args": [f"/{i}"],
                                "tags": ["even" if i % 2 == 0 else "odd"]}).json()["id"]
@@ -314,6 +315,11 @@ def test_list_filters_and_pages_through_everything(api: Any, world: Any) -> None
     assert [j["id"] for j in get(api, "/jobs?state=cancelled").json()["jobs"]] == [ids[0]]
     older = get(api, f"/jobs?before_id={ids[2]}").json()["jobs"]
     assert [j["id"] for j in older] == [ids[1], ids[0]]
+    from conveyor._app import search
+
+    monkeypatch.setattr(search, "SCAN", 3)  # by tag: the newest 3 jobs only (mail, 6, 5)
+    assert [j["id"] for j in get(api, "/jobs?tag=odd").json()["jobs"]] == [ids[5]]
+    assert [j.id for j in app.list_jobs(tag="odd")] == [ids[5]]
 
 
 @pytest.mark.parametrize("query", [

@@ -118,9 +118,10 @@ def scanned(flt: JobFilter) -> bool:
     return bool(flt.text or flt.args_contains or flt.tag)
 
 
-async def bound(storage: Storage, flt: JobFilter, scan: int = SCAN) -> JobFilter:
-    """``flt`` limited to the newest ``scan`` jobs when its search cannot use an index
-    (ids grow with time; the newest id is one index lookup away)."""
+async def bound(storage: Storage, flt: JobFilter, scan: int | None = None) -> JobFilter:
+    """``flt`` limited to the newest ``scan`` (default ``SCAN``) jobs when its search
+    cannot use an index (ids grow with time; the newest id is one index lookup away)."""
+    scan = SCAN if scan is None else scan
     if not scanned(flt) or flt.min_id is not None:
         return flt
     newest = await storage.job_search(JobSearchParams(JobFilter(), 1))

@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ..._app import JobFilter
+from ..._app import JobFilter, search
 from ..._app.named import UnknownTaskError, task_by_name
 from ..._errors import (
     InvalidStateError,
@@ -113,6 +113,7 @@ async def list_jobs(api: Api, request: Request, params: dict[str, Any]) -> Respo
     flt = JobFilter(states=(JobState(params["state"]),) if params["state"] else (),
                     queue=params["queue"], task=params["task"], tag=params["tag"])
     limit = params["limit"]
+    flt = await api.ops.bounded(flt, search.SCAN)  # by tag: the newest jobs, as list_jobs
     found = await api.ops.search_jobs(flt, limit + 1, before=params["before_id"])
     page, more = found[:limit], len(found) > limit
     cursor = page[-1].id if more and page else None

@@ -221,3 +221,13 @@ def test_the_recycler_asks_once_for_memory_and_at_once_for_a_stuck_thread() -> N
         stuck.cancel()
 
     asyncio.run(main())
+
+
+def test_children_that_cannot_start_stop_the_supervisor(run: Run) -> None:
+    """No restart loop for a child that exits 3 (database unreachable) on its first
+    start: the supervisor stops and exits 3, as before recycling existed."""
+    done = subprocess.run([sys.executable, "-m", "conveyor", "worker", APP, "--processes", "2",
+                           "--url", "postgresql://postgres@127.0.0.1:1/none"],
+                          env=run.env(), cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "could not start" in done.stderr and "restart #" not in done.stderr

@@ -48,6 +48,9 @@ RECYCLE_EXIT = 75
 #: restarts wait 1 s, 2 s, 4 s ... up to MAX_BACKOFF.
 FAST_DEATH = 10.0
 MAX_BACKOFF = 30.0
+#: Exit statuses of a child that could not start (usage, database unreachable, schema
+#: not migrated): on a first start they stop the supervisor, as restarting cannot help.
+STARTUP_FAILURES = frozenset({2, 3, 4})
 
 
 def _exit_code(returncode: int) -> int:
@@ -87,6 +90,7 @@ class Supervisor:
         self.children = [Child(i) for i in range(processes)]
         self.stopping = False
         self.codes: list[int] = []
+        self.fatal = 0  # the exit status of a child that could not start
 
     def start(self, child: Child) -> None:
         argv = list(self.argv)
@@ -119,8 +123,15 @@ class Supervisor:
             child.done = True
             self.codes.append(_exit_code(rc))
             return
-        child.restarts += 1
         lived = now - child.started
+        if rc in STARTUP_FAILURES and child.restarts == 0 and lived < FAST_DEATH:
+            log.error("worker child %d (pid %d) could not start (exit code %d); stopping",
+                      child.index, proc.pid, rc)
+            child.done = True
+            self.fatal = self.fatal or rc
+            self.forward(signal.SIGTERM, None)
+            return
+        child.restarts += 1
         if rc == RECYCLE_EXIT:
             log.info("worker child %d (pid %d) recycled itself after %.1fs; starting a "
                      "replacement", child.index, proc.pid, lived)
@@ -149,7 +160,7 @@ class Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        return max(self.codes, default=0)
+        return self.fatal or max(self.codes, default=0)
 
 
 def supervise(argv: list[str], processes: int, poll: float = 0.1) -> int:
@@ -157,8 +168,9 @@ def supervise(argv: list[str], processes: int, poll: float = 0.1) -> int:
     the last children.
 
     Children get their own process group, so a terminal's Ctrl-C reaches them only
-    once, through us. A child that exits on its own other than with 0 (``--burst``: the
-    queues are empty) is replaced: one that asks to be recycled at once, one that died
+    once, through us. A child that cannot start (exit 2, 3 or 4 right away) stops them
+    all. A child that exits on its own other than with 0 (``--burst``: the queues are
+    empty) is replaced: one that asks to be recycled at once, one that died
     (a crash, an OOM kill) after a delay that grows while children die right after
     starting; each replacement carries ``conveyor.restarts`` (and ``conveyor.last-death``)
     labels, shown with its node.

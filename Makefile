@@ -9,9 +9,9 @@
 #   make test      ruff + mypy --strict + pytest, then the Django suite (tests/contrib/django)
 #                  and mypy --strict of conveyor.contrib.django in .venv-django. pytest runs
 #                  on PYTEST_WORKERS pytest-xdist workers (default 2; 0 runs it in one
-#                  process) with --dist loadgroup: each worker has its own Postgres database,
-#                  a module sharing an expensive fixture stays on one worker, and the heavy
-#                  (chaos) scenarios run one at a time (tests/conftest.py)
+#                  process) with --dist loadgroup: each worker has its own Postgres database;
+#                  tests/conftest.py marks xdist groups (modules sharing an expensive fixture,
+#                  the heavy chaos scenarios), which xdist 3.8 under pytest 9.2 ignores (README)
 #   make django-venv  create .venv-django (Python >= 3.12, which Django 6 needs) with the
 #                  dev, django, postgres and web extras (re-runs only when pyproject.toml changes)
 #   make test-django  only the Django part of `make test`

@@ -231,3 +231,19 @@ def test_children_that_cannot_start_stop_the_supervisor(run: Run) -> None:
                           env=run.env(), cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stdout + done.stderr
     assert "could not start" in done.stderr and "restart #" not in done.stderr
+
+
+def test_a_child_too_wedged_to_recycle_itself_is_killed_by_the_supervisor(
+        run: Run, tasks: Conveyor, wait_for: WaitFor) -> None:
+    """A handler in C code holding the GIL stops the child's loop: the supervisor, told
+    the job's hard deadline through its pipe, kills the child and starts another."""
+    job = tasks.tasks["wedged"].enqueue().id
+    run.start("--hard-timeout-grace", "1", "-c", "2")
+    (_, pid), = wait_for(lambda: run.lines("wedged"), DEADLINE, message=run.output())
+    wait_for(lambda: f"(pid {pid}) did not recycle itself with job(s) {job}" in run.output(),
+             DEADLINE, message=run.output())
+    wait_for(lambda: f"(pid {pid}) died: killed by SIGKILL" in run.output(), DEADLINE,
+             message=run.output())
+    assert not _alive(pid)
+    after = tasks.tasks["count"].enqueue().id  # the replacement serves the queue
+    wait_for(lambda: _all_in(tasks, [after], JobState.COMPLETED), DEADLINE, message=run.output())

@@ -7,6 +7,7 @@ Handlers append ``event job_id pid`` lines to ``$CONVEYOR_TEST_LEDGER`` (one
 from __future__ import annotations
 
 import os
+import re
 import time
 
 from conveyor import Conveyor, current_job
@@ -42,6 +43,13 @@ def build(url: str | None = None) -> Conveyor:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # ignores ctx.cancelled: only a kill ends it
             time.sleep(0.05)
+
+    @app.task(name="wedged", timeout=1.0, max_attempts=1)
+    def wedged() -> None:
+        ledger("wedged")
+        # catastrophic backtracking: minutes in C code that never releases the GIL, so
+        # the worker's own loop (and its recycler) cannot run either
+        re.match(r"(a+)+$", "a" * 40 + "b")
 
     @app.task(name="slow")
     def slow(seconds: float) -> None:

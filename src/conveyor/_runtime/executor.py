@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import dataclasses
 import functools
@@ -107,6 +108,10 @@ class Executor:
         #: watched by the Recycler; None: not configured, nothing is recorded.
         self.hard_grace: float | None = None
         self.overdue: list[Overdue] = []
+        #: Under the supervisor with a hard limit: a pipe that hears each sync handler's
+        #: hard deadline, so that a process too wedged to recycle itself (a handler in C
+        #: code holding the GIL) is killed from outside.
+        self.watchdog_fd: int | None = None
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -204,7 +209,13 @@ class Executor:
         ex.handler_is_async = False
         loop = asyncio.get_running_loop()
         call = functools.partial(task.fn, *ex.args, **ex.kwargs)
+        watched = (self.watchdog_fd is not None and timeout is not None
+                   and self.hard_grace is not None)
+        if watched:  # before the thread starts: one that never lets go of the GIL...
+            self._watch(ex.job.id, timeout + self.hard_grace)  # type: ignore[operator]
         future = loop.run_in_executor(self._pool, contextvars.copy_context().run, call)
+        if watched:
+            future.add_done_callback(functools.partial(self._unwatch, ex.job.id))
         # A timeout or a stop gives up on the thread's result; the thread runs on and
         # sees ctx.cancelled, since Python cannot interrupt a thread.
         done, _ = await asyncio.wait({future}, timeout=timeout)
@@ -214,6 +225,18 @@ class Executor:
                 self.overdue.append(Overdue(ex.job.id, future, loop.time() + self.hard_grace))
             raise TaskTimedOut
         return future.result()
+
+    def _watch(self, job_id: int, limit: float) -> None:
+        """Tell the supervisor this thread's hard deadline."""
+        assert self.watchdog_fd is not None
+        with contextlib.suppress(OSError):
+            os.write(self.watchdog_fd, f"+{job_id} {time.time() + limit:.3f}\n".encode())
+
+    def _unwatch(self, job_id: int, _: object) -> None:
+        """The thread ended: its deadline no longer holds."""
+        assert self.watchdog_fd is not None
+        with contextlib.suppress(OSError):
+            os.write(self.watchdog_fd, f"-{job_id}\n".encode())
 
     async def execute(self, ex: Execution) -> JobAck | None:
         """Run the job; return its outcome, or None when the lease was lost (no write)."""

@@ -50,6 +50,9 @@ from .vacuumer import VacuumConfig, Vacuumer
 
 log = logging.getLogger("conveyor.worker")
 
+#: The supervisor's watchdog pipe (a file descriptor number), see Executor.watchdog_fd.
+WATCHDOG_ENV = "CONVEYOR_WATCHDOG_FD"
+
 
 def spawn(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
     """The Task of one execution. On Python 3.12+ it starts eagerly: its first step runs
@@ -124,6 +127,10 @@ class Worker:
         if (config.max_jobs_per_child or config.max_memory_per_child
                 or config.hard_timeout_grace):
             self.executor.hard_grace = config.hard_timeout_grace
+            if config.hard_timeout_grace and os.environ.get(WATCHDOG_ENV, "").isdigit():
+                self.executor.watchdog_fd = fd = int(os.environ[WATCHDOG_ENV])
+                with contextlib.suppress(OSError):  # a full pipe never blocks a job
+                    os.set_blocking(fd, False)
             self.services.append(Recycler(
                 self.executor.overdue, self.recycle, max_memory=config.max_memory_per_child))
 

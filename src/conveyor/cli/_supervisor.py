@@ -51,6 +51,12 @@ MAX_BACKOFF = 30.0
 #: Exit statuses of a child that could not start (usage, database unreachable, schema
 #: not migrated): on a first start they stop the supervisor, as restarting cannot help.
 STARTUP_FAILURES = frozenset({2, 3, 4})
+#: With a hard time limit, each child tells the supervisor its sync handlers' hard
+#: deadlines through a pipe (this variable names its fd in the child). A child still
+#: alive this many seconds past one (it should have recycled itself: a handler in C code
+#: holding the GIL stops it) is killed with SIGKILL.
+WATCHDOG_ENV = "CONVEYOR_WATCHDOG_FD"
+WATCHDOG_MARGIN = 5.0
 
 
 def _exit_code(returncode: int) -> int:
@@ -80,13 +86,17 @@ class Child:
     last_death: str | None = None
     restart_at: float | None = None  # a dead child's replacement waits until then
     done: bool = False  # exited 0 (burst) or during a stop: not replaced
+    watch_fd: int | None = None  # the watchdog pipe's read end
+    deadlines: dict[str, float] = dataclasses.field(default_factory=dict)
+    pending: bytes = b""
 
 
 class Supervisor:
     """Runs ``processes`` children of ``argv`` and keeps them running until stopped."""
 
-    def __init__(self, argv: list[str], processes: int) -> None:
+    def __init__(self, argv: list[str], processes: int, watchdog: bool = False) -> None:
         self.argv = argv
+        self.watchdog = watchdog
         self.children = [Child(i) for i in range(processes)]
         self.stopping = False
         self.codes: list[int] = []
@@ -98,8 +108,46 @@ class Supervisor:
             argv += ["--label", f"conveyor.restarts={child.restarts}"]
             if child.last_death:
                 argv += ["--label", f"conveyor.last-death={child.last_death}"]
-        child.proc = subprocess.Popen(argv, process_group=0)
+        if not self.watchdog:
+            child.proc = subprocess.Popen(argv, process_group=0)
+        else:
+            if child.watch_fd is not None:
+                os.close(child.watch_fd)
+            read, write = os.pipe()
+            os.set_blocking(read, False)
+            try:
+                child.proc = subprocess.Popen(argv, process_group=0, pass_fds=(write,),
+                                              env={**os.environ, WATCHDOG_ENV: str(write)})
+            finally:
+                os.close(write)
+            child.watch_fd, child.deadlines, child.pending = read, {}, b""
         child.started, child.restart_at = time.monotonic(), None
+
+    def watch(self, child: Child) -> None:
+        """Read the child's hard deadlines; kill it when one is long past."""
+        if child.watch_fd is None or child.proc is None:
+            return
+        try:
+            while chunk := os.read(child.watch_fd, 65536):
+                child.pending += chunk
+        except BlockingIOError:
+            pass
+        *lines, child.pending = child.pending.split(b"\n")
+        for line in lines:
+            text = line.decode(errors="replace")
+            if text.startswith("+") and " " in text:
+                job, _, deadline = text[1:].partition(" ")
+                child.deadlines[job] = float(deadline)
+            elif text.startswith("-"):
+                child.deadlines.pop(text[1:], None)
+        now = time.time()
+        late = sorted(j for j, d in child.deadlines.items() if d + WATCHDOG_MARGIN < now)
+        if late and child.proc.poll() is None:
+            log.error("worker child %d (pid %d) did not recycle itself with job(s) %s past "
+                      "their hard time limit: killing it", child.index, child.proc.pid,
+                      ", ".join(late))
+            child.proc.kill()
+            child.deadlines.clear()
 
     def forward(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
@@ -155,6 +203,7 @@ class Supervisor:
                           for child in self.children):
                 now = time.monotonic()
                 for child in self.children:
+                    self.watch(child)
                     self.check(child, now)
                 time.sleep(poll)
         finally:
@@ -163,7 +212,8 @@ class Supervisor:
         return self.fatal or max(self.codes, default=0)
 
 
-def supervise(argv: list[str], processes: int, poll: float = 0.1) -> int:
+def supervise(argv: list[str], processes: int, poll: float = 0.1,
+              watchdog: bool = False) -> int:
     """Run ``processes`` children, forward SIGTERM/SIGINT, return the worst exit code of
     the last children.
 
@@ -175,4 +225,4 @@ def supervise(argv: list[str], processes: int, poll: float = 0.1) -> int:
     starting; each replacement carries ``conveyor.restarts`` (and ``conveyor.last-death``)
     labels, shown with its node.
     """
-    return Supervisor(argv, processes).run(poll)
+    return Supervisor(argv, processes, watchdog).run(poll)

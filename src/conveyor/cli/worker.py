@@ -291,7 +291,8 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], all_queues: bool,
     configure_logging(opts.log_level, opts.log_format)
     recycles = max_memory is not None or any(settings.get(name) for name in RECYCLING)
     if processes > 1 or (recycles and not supervised_child):
-        sys.exit(supervise(child_argv(app_path, url, opts), processes))
+        sys.exit(supervise(child_argv(app_path, url, opts), processes,
+                           watchdog=bool(settings.get("hard_timeout_grace"))))
     tune_gc()
     recycled = run_async(app, lambda: app.run_worker(config.queues, config=config))
     code = RECYCLE_EXIT if recycled else 0

@@ -145,7 +145,7 @@ def measure(target: Target, jobs: int, hot: int, rounds: int) -> dict[str, Any]:
         target.close()
         print(f"{target.backend}: {jobs:,} finished jobs loaded in {seconds:.1f} s", flush=True)
         _seed(app, hot)
-        out = {"load_seconds": round(seconds, 1), "searches": {}}
+        out: dict[str, Any] = {"load_seconds": round(seconds, 1), "searches": {}}
         for name, search in _searches(jobs).items():
             row = _time(app, search, rounds)
             out["searches"][name] = row

@@ -29,7 +29,7 @@ def aio(fn: Callable[..., Awaitable[None]]) -> Callable[..., None]:
     return run
 
 
-def run_then_close(app: Conveyor, main: Callable[[], Awaitable[None]]) -> None:
+def run_then_close(app: Conveyor, main: Callable[[], Awaitable[object]]) -> None:
     """Run ``main`` on a fresh loop, then close ``app`` on that loop."""
 
     async def wrapped() -> None:

@@ -184,7 +184,7 @@ def test_wrong_keys_are_refused_with_nothing_written(db_url: str) -> None:
             def one_arg(x: int) -> None:
                 pass
         with pytest.raises(TypeError, match="must be a function"):
-            @app.task(fair_key=5)  # type: ignore[arg-type]
+            @app.task(fair_key=5)  # type: ignore[call-overload]
             def not_callable(x: int) -> None:
                 pass
     finally:

@@ -158,6 +158,7 @@ def test_a_dead_child_is_replaced_and_logged(
     run.start("--processes", "2")
     nodes = wait_for(lambda: len(tasks.list_nodes()) == 2 and tasks.list_nodes(), DEADLINE,
                      message=run.output())
+    assert nodes
     victim = nodes[0].pid
     os.kill(victim, sig)
     wait_for(lambda: f"pid {victim}) died: killed by {sig.name}" in run.output(), DEADLINE,

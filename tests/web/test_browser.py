@@ -363,10 +363,13 @@ def test_retry_a_discarded_job_from_its_batch_page(composition: tuple[Any, str, 
 def test_limiters_and_their_holders_live(session: tuple[Any, str, Conveyor, Shots]) -> None:
     page, base, app, _ = session
     ocr = app.limiter("ocr", concurrency=2)
-    permit = ocr.acquire(key="acme")
-    page.goto(base + "/limiters")
-    page.wait_for_selector(f"tr[data-holder='{permit.holder}']")
-    assert "1 of 2 per key" in page.locator("tr[data-limiter='ocr']").inner_text()
-    permit.release()  # the page's live refresh drops the holder
+    # Playwright's sync API runs an event loop on this thread, where a limiter's sync
+    # form refuses to block: take and give back the slot from another thread.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        permit = pool.submit(lambda: ocr.acquire(key="acme")).result()
+        page.goto(base + "/limiters")
+        page.wait_for_selector(f"tr[data-holder='{permit.holder}']")
+        assert "1 of 2 per key" in page.locator("tr[data-limiter='ocr']").inner_text()
+        pool.submit(permit.release).result()  # the page's live refresh drops the holder
     page.wait_for_selector(f"tr[data-holder='{permit.holder}']", state="detached")
     page.wait_for_selector("text=Nobody holds a concurrency slot now.")

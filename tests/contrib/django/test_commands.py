@@ -39,9 +39,11 @@ def test_migrate_creates_conveyors_schema(project: Project, postgres_admin_url: 
 
 def test_worker_help_has_every_flag_of_conveyor_worker(project: Project) -> None:
     shown = project.manage("conveyor_worker", "--help").stdout
-    # Every long option of the real `conveyor worker` (whatever it gains later), and every
-    # WorkerConfig field that has a flag of its own.
-    flags = [opt for param in worker.params for opt in param.opts if opt.startswith("--")]
+    # Every long option of the real `conveyor worker` (whatever it gains later) but the
+    # hidden ones (its supervisor's own, e.g. --supervised-child), and every WorkerConfig
+    # field that has a flag of its own.
+    flags = [opt for param in worker.params if not getattr(param, "hidden", False)
+             for opt in param.opts if opt.startswith("--")]
     flags += ["--" + f.name.replace("_", "-") for f in config_fields()]
     assert {"--queues", "--concurrency", "--processes", "--burst", "--label"} <= set(flags)
     assert [f for f in flags if f not in shown and f not in ("--url", "--app")] == []

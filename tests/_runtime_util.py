@@ -1,10 +1,14 @@
-"""Helpers to run an in-process worker until a condition holds, with a deadline."""
+"""Helpers to run an in-process worker until a condition holds, with a deadline, and to
+stop the worker processes of the process tests."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+import signal
+import subprocess
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from conveyor import Conveyor, Job, JobState, WorkerConfig
@@ -98,3 +102,18 @@ def in_state(app: Conveyor, job: Job, *states: JobState) -> Callable[[], Awaitab
         return current is not None and current.state in states
 
     return check
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[Any]], grace: float) -> None:
+    """SIGTERM every live process, wait up to ``grace`` seconds for all of them (one
+    deadline), then SIGKILL what is left: the teardown of the process tests."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)

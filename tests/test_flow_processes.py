@@ -35,6 +35,7 @@ from conveyor._cron import ticks_to_run
 from conveyor._storage import LeaderRow
 from conveyor.cli._loading import retarget
 
+from ._runtime_util import stop_processes
 from .apps import flow as flow_app
 from .apps.flow import Flow
 from .conftest import WaitFor
@@ -100,16 +101,7 @@ class Workers:
         return out
 
     def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_processes(self.procs, 10)
 
 
 @pytest.fixture

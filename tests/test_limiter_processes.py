@@ -23,6 +23,7 @@ import pytest
 from conveyor import Conveyor
 from conveyor.cli._loading import retarget
 
+from ._runtime_util import stop_processes
 from .apps import limiters_app
 from .conftest import wait_for
 from .test_limiters import Span, most_at_once, rate_violations
@@ -70,16 +71,7 @@ class Procs:
                          for i, p in enumerate(self.procs))
 
     def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_processes(self.procs, 15)
 
 
 @pytest.fixture

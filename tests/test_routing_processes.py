@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ import pytest
 
 from conveyor import Conveyor, JobState
 
+from ._runtime_util import stop_processes
 from .apps import routing_app
 from .conftest import WaitFor
 from .test_cli import invoke
@@ -52,16 +51,7 @@ class Workers:
                          for i in range(len(self.procs)))
 
     def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_processes(self.procs, 15)
 
 
 @pytest.fixture

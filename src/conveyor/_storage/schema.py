@@ -72,6 +72,12 @@ def load_queries(dialect: str) -> dict[str, str]:
             if name in queries:
                 raise ValueError(f"query {name!r} defined twice for {dialect}")
             queries[name] = body.strip().rstrip(";")
+    for fragment in FRAGMENTS:  # written once, placed where {name} stands
+        if fragment in queries:
+            text = "\n".join(line for line in queries.pop(fragment).splitlines()
+                             if not line.lstrip().startswith("--"))
+            queries = {name: sql.replace("{" + fragment + "}", text)
+                       for name, sql in queries.items()}
     returning = claim_returning(dialect)  # a claim's columns are listed once, in rows.py
     for name in ("job_fetch_available", "job_fetch_available_fair",
                  "job_fetch_available_fair_plain", "job_fetch_available_fair_one"):
@@ -79,6 +85,10 @@ def load_queries(dialect: str) -> dict[str, str]:
     queries.update(routed_claims(queries))
     return queries
 
+
+#: Named pieces of SQL that are not statements: each is taken out of the queries and put
+#: where ``{name}`` stands in the statements of its dialect.
+FRAGMENTS = ("job_insert_rows",)
 
 #: The plain claim's filter a routed claim replaces (``job_claim_route``).
 PLAIN_ROUTE = "AND requires IS NULL"

@@ -8,11 +8,11 @@
 -- Statements that make jobs final NOTIFY %(finished_channel)s once (payload ''), for
 -- job.wait: the "finished" CTE notifies at most once per statement, whatever its size.
 
--- name: job_insert
--- Jobs with an expiry come this way too (the plain batch paths leave expires_at NULL).
-WITH inserted AS (
-    INSERT INTO conveyor_jobs
-        (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
+-- name: job_insert_rows
+-- A fragment, not a statement (schema.FRAGMENTS): the columns and the unnested rows of a
+-- batch insert, in request order; job_insert and job_replace_unique take it as
+-- {job_insert_rows}.
+(task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
          scheduled_at, created_at, unique_key, unique_states, concurrency_key, requires,
          expires_at, fair_key)
     SELECT b.task, b.queue, b.args::jsonb, b.kwargs::jsonb, b.priority, b.max_attempts,
@@ -35,6 +35,12 @@ WITH inserted AS (
         SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
     ) AS d
     ORDER BY b.ord
+
+-- name: job_insert
+-- Jobs with an expiry come this way too (the plain batch paths leave expires_at NULL).
+WITH inserted AS (
+    INSERT INTO conveyor_jobs
+    {job_insert_rows}
     -- A live job already holds one of these unique keys: skip the row, keep the rest.
     ON CONFLICT DO NOTHING
     RETURNING *
@@ -56,29 +62,7 @@ ORDER BY inserted.id;
 -- says which rows were replaced rather than inserted.
 WITH replaced AS (
     INSERT INTO conveyor_jobs AS j
-        (task, queue, args, kwargs, priority, max_attempts, tags, meta, state,
-         scheduled_at, created_at, unique_key, unique_states, concurrency_key, requires,
-         expires_at, fair_key)
-    SELECT b.task, b.queue, b.args::jsonb, b.kwargs::jsonb, b.priority, b.max_attempts,
-           b.tags::jsonb, b.meta::jsonb,
-           CASE WHEN d.due > now() THEN 'scheduled' ELSE 'available' END, d.due, now(),
-           b.unique_key, b.unique_states, b.concurrency_key, b.requires::jsonb,
-           coalesce(b.expires_at, now() + b.expires_in * interval '1 second'),
-           b.fair_key
-    FROM unnest(%(task)b::text[], %(queue)b::text[], %(args)b::text[], %(kwargs)b::text[],
-                %(priority)b::smallint[], %(max_attempts)b::integer[], %(tags)b::text[],
-                %(meta)b::text[], %(delay)b::float8[], %(run_at)b::timestamptz[],
-                %(unique_key)b::text[], %(unique_states)b::text[], %(concurrency_key)b::text[],
-                %(requires)b::text[], %(expires_in)b::float8[], %(expires_at)b::timestamptz[],
-                %(fair_key)b::text[])
-         WITH ORDINALITY
-         AS b(task, queue, args, kwargs, priority, max_attempts, tags, meta, delay, run_at,
-              unique_key, unique_states, concurrency_key, requires, expires_in, expires_at,
-              fair_key, ord)
-    CROSS JOIN LATERAL (
-        SELECT coalesce(b.run_at, now() + coalesce(b.delay, 0) * interval '1 second') AS due
-    ) AS d
-    ORDER BY b.ord
+    {job_insert_rows}
     ON CONFLICT (unique_key)
         WHERE unique_key IS NOT NULL AND strpos(unique_states, ',' || state || ',') > 0
     DO UPDATE SET args = excluded.args,

@@ -88,7 +88,7 @@ def load_queries(dialect: str) -> dict[str, str]:
 
 #: Named pieces of SQL that are not statements: each is taken out of the queries and put
 #: where ``{name}`` stands in the statements of its dialect.
-FRAGMENTS = ("job_insert_rows",)
+FRAGMENTS = ("job_insert_rows", "job_claim_lease")
 
 #: The plain claim's filter a routed claim replaces (``job_claim_route``).
 PLAIN_ROUTE = "AND requires IS NULL"

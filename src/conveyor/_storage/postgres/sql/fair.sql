@@ -93,12 +93,7 @@ WITH RECURSIVE k(fair_key) AS (
     GROUP BY t.fair_key
 ), claimed AS (
     UPDATE conveyor_jobs AS j
-    SET state = 'running',
-        attempt = j.attempt + 1,
-        attempted_at = now(),
-        lease_owner = %(owner)s::text,
-        lease_token = 1 + floor(random() * 9.0e18)::bigint,
-        lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+    {job_claim_lease}
     FROM (
         SELECT c.id
         FROM q CROSS JOIN LATERAL (
@@ -130,12 +125,7 @@ SELECT * FROM claimed;
 -- written by the same statement, so that COMMIT can follow it in one round trip.
 WITH claimed AS (
     UPDATE conveyor_jobs AS j
-    SET state = 'running',
-        attempt = j.attempt + 1,
-        attempted_at = now(),
-        lease_owner = %(owner)s::text,
-        lease_token = 1 + floor(random() * 9.0e18)::bigint,
-        lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+    {job_claim_lease}
     FROM (
         SELECT c.id
         FROM unnest(%(fair_key)s::text[], %(limit)s::integer[]) AS k(fair_key, n)
@@ -169,12 +159,7 @@ SELECT * FROM claimed;
 -- '' gets its new virtual time in the same statement, as above.
 WITH claimed AS (
     UPDATE conveyor_jobs AS j
-    SET state = 'running',
-        attempt = j.attempt + 1,
-        attempted_at = now(),
-        lease_owner = %(owner)s::text,
-        lease_token = 1 + floor(random() * 9.0e18)::bigint,
-        lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+    {job_claim_lease}
     FROM (
         SELECT id FROM (SELECT id, priority, fair_key FROM conveyor_jobs
                         WHERE state = 'available' AND queue = %(queue)s::text

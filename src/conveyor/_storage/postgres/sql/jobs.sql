@@ -86,14 +86,19 @@ SELECT * FROM conveyor_jobs
 WHERE unique_key = ANY(%(unique_keys)b::text[])
   AND strpos(unique_states, ',' || state || ',') > 0;
 
--- name: job_fetch_available
-UPDATE conveyor_jobs AS j
+-- name: job_claim_lease
+-- A fragment (schema.FRAGMENTS): what every claim sets on the rows it takes, a new
+-- attempt leased to %(owner)s for %(lease_ttl)s seconds under a new fence token.
 SET state = 'running',
     attempt = j.attempt + 1,
     attempted_at = now(),
     lease_owner = %(owner)s::text,
     lease_token = 1 + floor(random() * 9.0e18)::bigint,
     lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
+
+-- name: job_fetch_available
+UPDATE conveyor_jobs AS j
+{job_claim_lease}
 FROM (
     SELECT id FROM conveyor_jobs
     WHERE state = 'available' AND queue = %(queue)s::text

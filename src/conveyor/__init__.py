@@ -18,7 +18,6 @@ Example::
 import importlib as _importlib
 import typing as _typing
 
-from ._chunk import Chunk, ChunkJob, ChunkResult
 from ._errors import (
     BatchClosedError,
     BatchNotFoundError,
@@ -58,6 +57,7 @@ if _typing.TYPE_CHECKING:
         WorkflowInfo,
         WorkflowRun,
     )
+    from ._chunk import Chunk, ChunkJob, ChunkResult
     from ._config import ConveyorConfig, WorkerConfig
     from ._context import JobContext, current_job
     from ._cron import Schedule
@@ -74,6 +74,7 @@ if _typing.TYPE_CHECKING:
 _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     "._app": ("Batch", "Conveyor", "Dependency", "JobEdit", "Limiter", "Permit", "QueueInfo", "ScheduleInfo",
               "WorkflowEdge", "WorkflowInfo", "WorkflowRun"),
+    "._chunk": ("Chunk", "ChunkJob", "ChunkResult"),
     "._config": ("ConveyorConfig", "WorkerConfig"),
     "._context": ("JobContext", "current_job"),
     "._cron": ("Schedule",),

@@ -11,7 +11,7 @@
 #                  on PYTEST_WORKERS pytest-xdist workers (default 2; 0 runs it in one
 #                  process) with --dist loadgroup: each worker has its own Postgres database;
 #                  tests/conftest.py marks xdist groups (modules sharing an expensive fixture,
-#                  the heavy chaos scenarios), which xdist 3.8 under pytest 9.2 ignores (README)
+#                  the heavy chaos scenarios), each run on one worker (pytest < 9: README)
 #   make django-venv  create .venv-django (Python >= 3.12, which Django 6 needs) with the
 #                  dev, django, postgres and web extras (re-runs only when pyproject.toml changes)
 #   make test-django  only the Django part of `make test`

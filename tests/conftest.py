@@ -18,8 +18,9 @@ SQLite template and temporary directories; whatever listens picks a free port. A
 whose tests share an expensive module- or session-scoped fixture (a browser, a built wheel,
 a PgBouncer) runs whole on one worker, set up once (``pytest_collection_modifyitems``);
 heavy scenarios marked ``heavy`` (the chaos package) run one after another on one worker.
-NOTE: pytest-xdist 3.8 applies a group by renaming ``item._nodeid``, which pytest 9.2 no
-longer reads: the groups are marked but not honoured (tests spread as with --dist load).
+pytest-xdist 3.8 applies a group by renaming ``item._nodeid``, which pytest 9 no longer
+reads, so the dev extra keeps pytest below 9 and the report header says when groups are
+not honoured.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     found = _pg.get()
     lines = [f"postgres: {found.describe()}", _pgbouncer.report_header()]
+    if pytest.version_tuple >= (9,):
+        lines.append("xdist: !!! pytest >= 9: xdist_group is not honoured, heavy scenarios "
+                     "may run side by side (the dev extra pins pytest < 9) !!!")
     if found.admin_url is None:
         outcome = "FAIL" if found.fatal or _pg.required() else "be SKIPPED"
         lines.append(f"postgres: !!! Postgres tests will {outcome} !!!")

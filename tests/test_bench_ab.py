@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,21 @@ from bench import ab
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _worktrees() -> set[str]:
+def _worktrees(under: Path) -> set[str]:
+    """The repository's worktrees under ``under``: this test's own. Other tests (on another
+    xdist worker) may add and remove worktrees of the same repository meanwhile."""
     out = subprocess.run(["git", "-C", str(ROOT), "worktree", "list", "--porcelain"],
                          capture_output=True, text=True, check=True).stdout
-    return {line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree ")}
+    trees = (line.split(" ", 1)[1] for line in out.splitlines() if line.startswith("worktree "))
+    return {t for t in trees if Path(t).resolve().is_relative_to(under.resolve())}
+
+
+@pytest.fixture
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``bench.ab`` makes its worktrees with ``tempfile.mkdtemp``: here, under this test's
+    own directory, so the test sees only the worktrees it made."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
 
 
 @pytest.fixture
@@ -57,10 +69,9 @@ def test_runs_alternate_base_then_head_in_every_round() -> None:
 
 
 def test_each_side_runs_its_own_checkout_and_the_worktrees_are_removed(
-        repo_with_history: None, capsys: pytest.CaptureFixture[str]) -> None:
+        repo_with_history: None, own_tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A fake case that asks a fresh interpreter, with the side's environment, where its
     ``conveyor`` comes from: the side's temporary worktree of the right commit."""
-    before = _worktrees()
     seen: dict[str, str] = {}
 
     def measure(side: ab.Side, case: str) -> float:
@@ -72,7 +83,8 @@ def test_each_side_runs_its_own_checkout_and_the_worktrees_are_removed(
                               capture_output=True, text=True, check=True).stdout.strip()
         assert head == side.commit
         seen[side.label] = side.commit
-        assert side.tree.is_dir() and str(side.tree) not in before
+        assert side.tree.is_dir() and str(side.tree.resolve()) in {
+            str(Path(t).resolve()) for t in _worktrees(own_tmp)}
         return 100.0 if side.label == "BASE" else 150.0
 
     assert ab.main(["HEAD~1", "import_conveyor", "--rounds", "2"], measure=measure) == 0
@@ -80,21 +92,21 @@ def test_each_side_runs_its_own_checkout_and_the_worktrees_are_removed(
     base = ab.resolve(ROOT, "HEAD~1")
     assert seen == {"BASE": base, "HEAD": ab.resolve(ROOT, "HEAD")}
     assert f"ab {base[:7]}..HEAD import_conveyor: 1.50x (1.50-1.50, 2 pairs)" in out
-    assert _worktrees() == before
+    assert _worktrees(own_tmp) == set()
     assert not list((ROOT / "bench" / "results").glob("ab*")), "wrote results unasked"
 
 
-def test_an_interrupt_removes_the_worktrees(repo_with_history: None) -> None:
-    before = _worktrees()
+def test_an_interrupt_removes_the_worktrees(repo_with_history: None, own_tmp: Path) -> None:
     trees: list[Path] = []
 
     def measure(side: ab.Side, case: str) -> float:
         trees.append(side.tree)
+        assert _worktrees(own_tmp), "the side's worktree is not listed"
         raise KeyboardInterrupt
 
     assert ab.main(["HEAD~1", "import_conveyor"], measure=measure) == 130
     assert trees and not trees[0].exists()
-    assert _worktrees() == before
+    assert _worktrees(own_tmp) == set()
 
 
 def test_a_real_run_process_uses_the_side_library(repo_with_history: None,
@@ -111,14 +123,14 @@ def test_a_real_run_process_uses_the_side_library(repo_with_history: None,
     assert not tree.exists()
 
 
-def test_bad_input_is_refused_before_any_checkout(capsys: pytest.CaptureFixture[str]) -> None:
-    before = _worktrees()
+def test_bad_input_is_refused_before_any_checkout(own_tmp: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         ab.main(["HEAD", "no_such_case"])
     assert "unknown case" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="rev-parse"):
         ab.main(["no-such-revision-xyz", "import_conveyor"], measure=lambda s, c: 1.0)
-    assert _worktrees() == before
+    assert _worktrees(own_tmp) == set() and not any(own_tmp.iterdir())
 
 
 def test_bench_quick_names_its_own_sizes_in_the_readme_table() -> None:

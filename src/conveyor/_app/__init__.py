@@ -46,16 +46,16 @@ from .maintenance import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, 
 from .permits import Permit
 
 if TYPE_CHECKING:
-    from .._runtime.inprocess import DrainResult, Outcome
+    from .._runtime.drain_result import DrainResult, Outcome
 
 
 def __getattr__(name: str) -> object:
     """A drain's records on first use (PEP 562): ``import conveyor`` and an app that
-    only enqueues never load the in-process runner and the executor behind it."""
+    only enqueues never load the runtime's modules."""
     if name in ("DrainResult", "Outcome"):
-        from .._runtime import inprocess
+        from .._runtime import drain_result
 
-        return getattr(inprocess, name)
+        return getattr(drain_result, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

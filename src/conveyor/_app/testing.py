@@ -21,7 +21,8 @@ from .._task import JobSpec
 from .maintenance import MaintenanceApp
 
 if TYPE_CHECKING:
-    from .._runtime.inprocess import DrainResult, InProcessRunner
+    from .._runtime.drain_result import DrainResult
+    from .._runtime.inprocess import InProcessRunner
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

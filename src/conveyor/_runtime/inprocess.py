@@ -17,11 +17,9 @@ stops at once when nothing is left (or only held queues are).
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -31,7 +29,7 @@ from .._job import Job, JobState
 from .._limits import RateLimit
 from .._observed import ObservedStorage
 from .._registry import Registry
-from .._routing import describe, satisfies
+from .._routing import satisfies
 from .._storage import (
     JobAck,
     JobAckManyParams,
@@ -48,6 +46,7 @@ from .._task_retry import parse_queue_backoff
 from .admission import Admission
 from .chunks import ChunkCall
 from .cron import CronScheduler
+from .drain_result import MAX_SKIPPED_LISTED, DrainResult, Outcome, outcome_of
 from .executor import Execution, Executor
 from .expirer import Expirer, expired_ack, is_expired
 from .producer import Producer
@@ -58,111 +57,6 @@ log = logging.getLogger("conveyor.worker")
 
 #: A drain that ran this many attempts is stuck (a job that snoozes for ever?).
 MAX_DRAIN_ATTEMPTS = 1_000
-#: The most skipped jobs a drain lists (``DrainResult.skipped``).
-MAX_SKIPPED_LISTED = 1_000
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Outcome:
-    """What one attempt did: ``kind`` is completed, retried, discarded, cancelled or
-    snoozed (a Snooze or Throttle: back later, attempt given back)."""
-
-    job: Job
-    kind: str
-    #: The state the attempt left the job in.
-    state: JobState
-    result: Any = None
-    error: str | None = None
-
-    @property
-    def id(self) -> int:
-        return self.job.id
-
-    @property
-    def task(self) -> str:
-        return self.job.task
-
-    @property
-    def queue(self) -> str:
-        return self.job.queue
-
-    @property
-    def attempt(self) -> int:
-        return self.job.attempt
-
-
-@dataclasses.dataclass(slots=True)
-class DrainResult:
-    """What ``app.drain()`` ran, in order; ``held`` are jobs a rate or concurrency limit
-    sent back to wait."""
-
-    outcomes: list[Outcome] = dataclasses.field(default_factory=list)
-    held: list[Job] = dataclasses.field(default_factory=list)
-    #: Due jobs of the drained queues that this drain could not run, left waiting: they
-    #: require worker labels it was not given (``labels=``), or their task is outside
-    #: ``tasks=`` (at most ``MAX_SKIPPED_LISTED`` of them).
-    skipped: list[Job] = dataclasses.field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.outcomes)
-
-    def __iter__(self) -> Iterator[Outcome]:
-        return iter(self.outcomes)
-
-    def __repr__(self) -> str:
-        counts = ", ".join(f"{k}={len(self._of(k))}" for k in
-                           ("completed", "retried", "discarded", "cancelled", "snoozed"))
-        skipped = f", skipped={len(self.skipped)}" if self.skipped else ""
-        return f"<DrainResult {counts}, held={len(self.held)}{skipped}>"
-
-    @property
-    def skipped_reasons(self) -> list[str]:
-        """Why each skipped job was left, e.g. ``"job 7 (train): needs gpu=a100"``."""
-        return [f"job {j.id} ({j.task}): " + (f"needs {describe(j.requires)}" if j.requires
-                                               else "its task is not among tasks=")
-                for j in self.skipped]
-
-    def _of(self, kind: str) -> list[Outcome]:
-        return [o for o in self.outcomes if o.kind == kind]
-
-    @property
-    def completed(self) -> list[Outcome]:
-        return self._of("completed")
-
-    @property
-    def retried(self) -> list[Outcome]:
-        return self._of("retried")
-
-    @property
-    def discarded(self) -> list[Outcome]:
-        return self._of("discarded")
-
-    @property
-    def cancelled(self) -> list[Outcome]:
-        return self._of("cancelled")
-
-    @property
-    def snoozed(self) -> list[Outcome]:
-        return self._of("snoozed")
-
-    @property
-    def errors(self) -> list[str]:
-        """The error of every failed, discarded or cancelled attempt, in order."""
-        return [o.error for o in self.outcomes if o.error is not None]
-
-
-def _kind(ack: JobAck) -> str:
-    if ack.state in (JobState.COMPLETED, JobState.DISCARDED, JobState.CANCELLED):
-        return ack.state.value
-    if ack.error_json is not None:  # failed, back after its backoff (or at once)
-        return "retried"
-    return "snoozed"
-
-
-def _outcome(job: Job, ack: JobAck) -> Outcome:
-    result = json.loads(ack.result_json) if ack.result_json is not None else None
-    error = json.loads(ack.error_json).get("error") if ack.error_json is not None else None
-    return Outcome(job, _kind(ack), ack.state, result, error)
 
 
 class InProcessRunner:
@@ -267,7 +161,7 @@ class InProcessRunner:
         if is_expired(job):  # as admission does on a worker: never run
             expired = expired_ack(job)
             done = await self._storage.job_ack_many(JobAckManyParams([expired], self.node_id))
-            return _outcome(job, expired) if done else None
+            return outcome_of(job, expired) if done else None
         task = self._registry.tasks.get(job.task)
         if task is not None and task.defaults.chunk is not None:
             outcomes = await self.run_chunk(task, [job])
@@ -283,7 +177,7 @@ class InProcessRunner:
             applied = await self._storage.job_ack_many(JobAckManyParams([ack], self.node_id))
         finally:
             self._executions.pop(job.id, None)
-        return _outcome(job, ack) if applied else None
+        return outcome_of(job, ack) if applied else None
 
     async def run_chunk(self, task: Task[Any, Any], jobs: list[Job]) -> list[Outcome]:
         """Run claimed jobs of a chunk task in one handler call (``ChunkCall``) and write
@@ -301,7 +195,7 @@ class InProcessRunner:
         finally:
             for job in jobs:
                 self._executions.pop(job.id, None)
-        return [_outcome(job, acks[job.id]) for job in jobs if job.id in applied]
+        return [outcome_of(job, acks[job.id]) for job in jobs if job.id in applied]
 
     async def _gather(self, producer: Producer, first: Job, task: Task[Any, Any],
                       result: DrainResult, cap: int) -> list[Job]:
@@ -460,6 +354,6 @@ class InProcessRunner:
                 continue
             if ack.state is JobState.CANCELLED:  # expired: cancelled, never run
                 if ack.id in applied:
-                    result.outcomes.append(_outcome(job, ack))
+                    result.outcomes.append(outcome_of(job, ack))
             else:
                 result.held.append(job)

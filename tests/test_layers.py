@@ -63,7 +63,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     # what an app is made of (tasks, hooks), and the choke point every write passes
     "registry": (
         "conveyor._hooks", "conveyor._observed", "conveyor._registry", "conveyor._task",
-        "conveyor._task_inserts",
+        "conveyor._task_inserts", "conveyor._task_options",
         "conveyor._task_retry", "conveyor._workflow",
     ),
     "runtime": (

@@ -9,7 +9,8 @@ from typing import Any
 
 from . import _payload
 from ._storage import JobInsert, insert_with_arguments
-from ._task import EnqueueOptions, JobSpec, Task
+from ._task import JobSpec, Task
+from ._task_options import EnqueueOptions
 
 
 def to_inserts(specs: Sequence[JobSpec], max_payload_bytes: int,

@@ -15,7 +15,8 @@ from typing import Any
 from ._dependencies import FailurePolicy, check_policy, dependency_ids
 from ._errors import WorkflowError
 from ._job import Job
-from ._task import EnqueueOptions, JobSpec, Task, TaskWithOptions
+from ._task import JobSpec, Task, TaskWithOptions
+from ._task_options import EnqueueOptions
 
 #: The keyword argument a chord's callback receives its group's results in.
 CHORD_RESULTS_ARG = "results"

@@ -16,7 +16,8 @@ from .. import _payload
 from .._job import Job
 from .._payload_crypt import sealed_key
 from .._storage import JobEditParams
-from .._task import EnqueueOptions, JobSpec, Task
+from .._task import JobSpec, Task
+from .._task_options import EnqueueOptions
 
 #: The longest name of who asked kept with an edit (a dashboard user's name).
 MAX_ACTOR = 200

@@ -24,8 +24,9 @@ from .._storage import (
     LazyInserts,
     Storage,
 )
-from .._task import ChunkTaskDecorator, JobSpec, Task, TaskDecorator, TaskOptions
+from .._task import ChunkTaskDecorator, JobSpec, Task, TaskDecorator
 from .._task_inserts import to_inserts
+from .._task_options import TaskOptions
 from .._task_retry import (
     AnyBackoff,
     ExceptionSpec,

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .. import _payload
-from .._task import Task, TaskOptions
+from .._task import Task
+from .._task_options import TaskOptions
 
 if TYPE_CHECKING:
     from .app import Conveyor

@@ -21,7 +21,8 @@ from .._storage import (
     ScheduleUpsertParams,
     Storage,
 )
-from .._task import EnqueueOptions, JobSpec, Task
+from .._task import JobSpec, Task
+from .._task_options import EnqueueOptions
 from .service import Leadership, Service
 
 ALL_STATES = "," + ",".join(s.value for s in JobState) + ","

@@ -25,7 +25,7 @@ from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
 from conveyor import Conveyor, Job, Task, current_job
-from conveyor._task import TaskOptions
+from conveyor._task_options import TaskOptions
 
 from ._results import to_result
 

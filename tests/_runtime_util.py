@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import multiprocessing.process
+import queue
 import signal
 import subprocess
 import time
@@ -117,3 +119,30 @@ def stop_processes(procs: Sequence[subprocess.Popen[Any]], grace: float) -> None
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def gather_reports(procs: Sequence[multiprocessing.process.BaseProcess], results: Any,
+                   count: int, timeout: float, join_timeout: float = 30.0) -> list[Any]:
+    """Start ``procs`` (multiprocessing), take ``count`` reports from ``results`` within
+    ``timeout`` seconds, and check that each process then exits 0. A process still alive
+    on the way out, whatever happened, is killed (by pid, not left to the next test)."""
+    for proc in procs:
+        proc.start()
+    got: list[Any] = []
+    try:
+        deadline = time.monotonic() + timeout
+        while len(got) < count:
+            try:
+                got.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
+            except queue.Empty:
+                raise AssertionError(f"only {len(got)} of {count} reports; exit codes "
+                                     f"{[p.exitcode for p in procs]}") from None
+        for proc in procs:
+            proc.join(timeout=join_timeout)
+            assert proc.exitcode == 0, f"exit code {proc.exitcode}"
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=10)
+    return got

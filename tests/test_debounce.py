@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
-import queue
 import threading
 import time
 from datetime import timedelta
@@ -20,6 +19,7 @@ from conveyor import Conveyor, Job, JobState, Unique
 from conveyor._storage import JobAck, JobAckManyParams, JobFetchAvailableParams
 from conveyor.testing import VirtualClock
 
+from ._runtime_util import gather_reports
 from .apps import debounce_app
 
 
@@ -233,25 +233,8 @@ def test_two_processes_debouncing_one_key_make_exactly_one_job(db_url: str) -> N
     procs = [ctx.Process(target=debounce_app.hammer,
                          args=(db_url, who, rounds, 60.0, barrier, results))
              for who in ("a", "b")]
-    for proc in procs:
-        proc.start()
-    got: list[tuple[str, int, int, bool, int]] = []
-    try:
-        deadline = time.monotonic() + 120
-        while len(got) < 2 * rounds:
-            try:
-                got.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
-            except queue.Empty:
-                raise AssertionError(f"only {len(got)} of {2 * rounds} enqueues reported; "
-                                     f"exit codes {[p.exitcode for p in procs]}") from None
-        for proc in procs:
-            proc.join(timeout=60)
-            assert proc.exitcode == 0
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=10)
+    got: list[tuple[str, int, int, bool, int]] = gather_reports(
+        procs, results, 2 * rounds, timeout=120, join_timeout=60)
     debounce = debounce_app.build(db_url)
     try:
         ids = {job_id for _, _, job_id, _, _ in got}

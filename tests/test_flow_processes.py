@@ -18,7 +18,6 @@ import itertools
 import math
 import multiprocessing
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from conveyor._cron import ticks_to_run
 from conveyor._storage import LeaderRow
 from conveyor.cli._loading import retarget
 
-from ._runtime_util import stop_processes
+from ._runtime_util import gather_reports, stop_processes
 from .apps import flow as flow_app
 from .apps.flow import Flow
 from .conftest import WaitFor
@@ -238,25 +237,8 @@ def test_eight_processes_enqueue_one_unique_key_at_once(flow: Flow, db_url: str)
     results: multiprocessing.Queue[tuple[int, str, int, bool, int]] = ctx.Queue()
     procs = [ctx.Process(target=flow_app.race_enqueue, args=(db_url, ROUNDS, barrier, results))
              for _ in range(RACERS)]
-    for proc in procs:
-        proc.start()
-    try:
-        got: list[tuple[int, str, int, bool, int]] = []
-        deadline = time.monotonic() + 60
-        while len(got) < RACERS * ROUNDS:
-            try:
-                got.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
-            except queue.Empty:
-                raise AssertionError(f"only {len(got)} of {RACERS * ROUNDS} enqueues reported; "
-                                     f"exit codes {[p.exitcode for p in procs]}") from None
-        for proc in procs:
-            proc.join(timeout=30)
-            assert proc.exitcode == 0
-    finally:
-        for proc in procs:
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=10)
+    got: list[tuple[int, str, int, bool, int]] = gather_reports(
+        procs, results, RACERS * ROUNDS, timeout=60)
 
     rows = flow.app.list_jobs(limit=1000)
     by_key = collections.Counter(job.unique_key for job in rows)

@@ -36,6 +36,7 @@ import pytest
 from conveyor import Job, JobState
 from conveyor._storage import LeaderRow
 
+from .._runtime_util import gather_reports
 from ..apps import debounce_app
 from ..apps import flow as flow_app
 from ..apps.flow import Flow
@@ -97,25 +98,8 @@ def test_unique_key_raced_by_eight_processes(
     results: multiprocessing.Queue[tuple[int, str, int, bool, int]] = ctx.Queue()
     procs = [ctx.Process(target=flow_app.race_enqueue, args=(db_url, ROUNDS, barrier, results))
              for _ in range(RACERS)]
-    for proc in procs:
-        proc.start()
-    got: list[tuple[int, str, int, bool, int]] = []
-    try:
-        deadline = time.monotonic() + 60 + ROUNDS
-        while len(got) < RACERS * ROUNDS:
-            try:
-                got.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
-            except queue.Empty:
-                raise AssertionError(f"only {len(got)} of {RACERS * ROUNDS} enqueues reported; "
-                                     f"exit codes {[p.exitcode for p in procs]}") from None
-        for proc in procs:
-            proc.join(timeout=30)
-            assert proc.exitcode == 0
-    finally:
-        for proc in procs:  # by pid, whatever happened
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=10)
+    got: list[tuple[int, str, int, bool, int]] = gather_reports(
+        procs, results, RACERS * ROUNDS, timeout=60 + ROUNDS)
 
     rows = flow.app.list_jobs(limit=10_000)
     per_key = collections.Counter(job.unique_key for job in rows)

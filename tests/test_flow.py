@@ -270,7 +270,9 @@ def test_pruner_deletes_old_finished_jobs_in_batches(app: Conveyor) -> None:
 
 
 def test_explain_names_every_reason(app: Conveyor) -> None:
-    @app.task(rate_limit="1/m", concurrency=1, queue="limited")
+    # 1/h and a long lease: on a loaded machine neither a minute's refill nor a starved
+    # heartbeat (the lease expiring, first rescued) may let second start mid-check
+    @app.task(rate_limit="1/h", concurrency=1, queue="limited")
     async def gated(i: int) -> None:
         await asyncio.sleep(30)
 
@@ -295,11 +297,11 @@ def test_explain_names_every_reason(app: Conveyor) -> None:
             assert "backoff after attempt 1 failed (ValueError: upstream down)" in text[failing.id]
             assert "it is running" in text[first.id]
             assert "concurrency limit 1" in text[second.id] and f"#{first.id}" in text[second.id]
-            assert "rate limit 1/m" in text[second.id]
+            assert "rate limit 1/h" in text[second.id]
             await app.pause_queue_async("limited")
             assert "queue 'limited' is paused" in await _reasons(app, third.id)
 
-        config = dataclasses.replace(FAST, queues={"default": 2, "limited": 5})
+        config = dataclasses.replace(FAST, queues={"default": 2, "limited": 5}, lease_ttl=120.0)
         await run_worker_until(app, _true, config=config, during=during)
         nobody = await _reasons(app, third.id)  # the worker has stopped
         assert "no live worker serves queue 'limited'" in nobody

@@ -300,7 +300,8 @@ def flow_fairness(results: Path) -> str:
 
 #: bench/search.py's searches, as the table names them.
 SEARCHES = (("recent_order_id", "a recent `order_id` (1 match)"),
-            ("old_order_id_outside_the_bound", "an old `order_id`, past the bound (none found)"),
+            ("old_order_id_outside_the_bound",
+             "an old `order_id`, first window only (none found there)"),
             ("nested_customer_id", "`customer.id` (1 job in 5,000)"),
             ("tag_1_percent", "a tag on 1% of the jobs"),
             ("tag_and_argument", "that tag and `customer.tier`"))
@@ -320,16 +321,47 @@ def dashboard_search(results: Path) -> str:
             row = doc["backends"][backend]["searches"][key]
             cells.append(f"{row['median_ms']:,.0f} ms ({row['max_ms']:,.0f} ms)")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += _walk_rows(doc, names)
     loads = ", ".join(f"{n} {doc['backends'][b]['load_seconds']:g} s" for b, n in names)
     return ("\n".join(lines) + "\n\n"
             f"{doc['jobs']:,} finished jobs in history and {doc['hot']:,} waiting ones; each "
-            f"search reads the newest {doc['scan_bound']:,} jobs at most; "
+            f"request reads one window of {doc['scan_bound']:,} job ids at most (the first: "
+            "the newest; the walk goes on with `before_id=page.next_before_id`); "
             f"{doc['rounds']} rounds each (loading history took {loads}; "
             "`python -m bench.search`, `bench/results/search.json`, "
             f"{_stamp(machine, measured=_evidence.SEARCH_MEASURED)}). "
             f"A {machine['cores']}-core machine shared with other work "
             f"(load average {machine['loadavg_1m']:g} at the start, "
-            f"{doc['loadavg_1m_at_end']:g} at the end).")
+            f"{doc['loadavg_1m_at_end']:g} at the end)." + _gin_text(doc))
+
+
+def _gin_text(doc: dict[str, Any]) -> str:
+    """The GIN side measurement (PostgreSQL), when the file has it."""
+    gin = doc["backends"].get("postgres", {}).get("gin_on_history_kwargs")
+    if gin is None:
+        return ""
+    return ("\n\nA GIN (`jsonb_path_ops`) index on history's kwargs, measured in the same "
+            f"run: copying {gin['rows']:,} of these jobs into a table like history, "
+            f"{gin['batch']:,} per `INSERT ... SELECT` as the archiver does, took "
+            f"{gin['ratio_median']:.2f}x as long with the index ({gin['plain_median_s']:g} s "
+            f"without, {gin['gin_median_s']:g} s with; {gin['ratio_min']:.2f}x to "
+            f"{gin['ratio_max']:.2f}x over {gin['rounds']} alternating rounds), and the "
+            f"index took {gin['index_mb']:g} MB beside the table's {gin['heap_mb']:g} MB.")
+
+
+def _walk_rows(doc: dict[str, Any], names: list[tuple[str, str]]) -> list[str]:
+    """The walk to the oldest order id, window after window: in all, and per request."""
+    walks = [doc["backends"][b].get("oldest_order_id_window_by_window") for b, _ in names]
+    if not all(walks):
+        return []
+    requests = " | ".join(f"{w['requests']} requests, {w['found']} found" for w in walks)
+    return [f"| the oldest `order_id`, window by window: | {requests} |",
+            "| &nbsp;&nbsp;all its requests | " + " | ".join(
+                f"{w['total_median_ms']:,.0f} ms ({w['total_max_ms']:,.0f} ms)" for w in walks)
+            + " |",
+            "| &nbsp;&nbsp;each request | " + " | ".join(
+                f"{w['request_median_ms']:,.0f} ms ({w['request_max_ms']:,.0f} ms)"
+                for w in walks) + " |"]
 
 
 RENDERERS: dict[str, Callable[[Path], str]] = {

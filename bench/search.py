@@ -14,9 +14,15 @@ kwargs ``{"order_id": i, "customer": {"id": i % 5000, ...}, "note": ...}`` and t
 * a nested value matching 1 job in 5,000,
 * a tag on 1% of the jobs (50 found early), and a tag with an argument.
 
-A search by tag or argument reads the newest ``conveyor._app.search.SCAN`` jobs at
-most, so its time does not grow with history. Writes ``bench/results/search.json``
-with the machine and its commit. Example: ``python -m bench.search --jobs 200000``
+Each request by tag or argument reads one window of ``conveyor._app.search.SCAN`` ids
+at most, so its time does not grow with history. Then the walk: the oldest order id
+(job 1) found by going on window after window, ``app.search_jobs(...,
+before_id=page.next_before_id)`` as a caller, the CLI, the dashboard's "Search older"
+link and the HTTP API's ``next`` do: the total time, the number of requests and each
+request's time (median and worst), ``--rounds`` walks. On PostgreSQL, last, what a GIN
+index on history's kwargs would cost the archiver (``_gin_cost``). Writes
+``bench/results/search.json`` with the machine and its commit. Example:
+``python -m bench.search --jobs 200000``
 """
 
 from __future__ import annotations
@@ -135,6 +141,72 @@ def _time(app: Conveyor, search: dict[str, Any], rounds: int) -> dict[str, Any]:
             "median_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1)}
 
 
+def _walk(app: Conveyor, search: dict[str, Any], rounds: int) -> dict[str, Any]:
+    """Find the match by going on from window to window, ``rounds`` times."""
+    totals: list[float] = []
+    each: list[float] = []
+    requests = found = 0
+    for _ in range(rounds):
+        began, before, requests = time.perf_counter(), None, 0
+        while True:
+            asked = time.perf_counter()
+            page = app.search_jobs(limit=50, before_id=before, **search)
+            each.append((time.perf_counter() - asked) * 1000)
+            requests += 1
+            if page.jobs or page.next_before_id is None:
+                break
+            before = page.next_before_id
+        totals.append((time.perf_counter() - began) * 1000)
+        found = len(page.jobs)
+    return {"filter": json.dumps(search, sort_keys=True), "found": found,
+            "requests": requests, "total_median_ms": round(statistics.median(totals), 1),
+            "total_max_ms": round(max(totals), 1),
+            "request_median_ms": round(statistics.median(each), 1),
+            "request_max_ms": round(max(each), 1)}
+
+
+#: The GIN side measurement: rows copied as the archiver copies them, per batch.
+GIN_ROWS, GIN_BATCH, GIN_ROUNDS = 100_000, 5000, 3
+
+
+def _gin_cost(target: Target) -> dict[str, Any]:
+    """PostgreSQL: what a ``jsonb_path_ops`` GIN index on history's kwargs would cost
+    the archiver. ``GIN_ROWS`` of the loaded history are copied into a table like
+    history, ``GIN_BATCH`` at a time (the archiver's ``INSERT ... SELECT``), with and
+    without the index, alternating, ``GIN_ROUNDS`` times each; then dropped."""
+    target.query("CREATE UNLOGGED TABLE gin_src AS SELECT * FROM conveyor_jobs_history "
+                 "WHERE id <= %(n)s", {"n": GIN_ROWS})
+    times: dict[str, list[float]] = {"plain": [], "gin": []}
+    sizes = (0, 0)
+    try:
+        for _ in range(GIN_ROUNDS):
+            for side in times:
+                target.query("DROP TABLE IF EXISTS gin_h")
+                target.query("CREATE TABLE gin_h (LIKE conveyor_jobs_history INCLUDING ALL)")
+                if side == "gin":
+                    target.query("CREATE INDEX gin_h_kwargs ON gin_h USING gin "
+                                 "(kwargs jsonb_path_ops)")
+                began = time.perf_counter()
+                for low in range(1, GIN_ROWS + 1, GIN_BATCH):
+                    target.query("INSERT INTO gin_h SELECT * FROM gin_src WHERE id >= %(a)s "
+                                 "AND id < %(b)s", {"a": low, "b": low + GIN_BATCH})
+                times[side].append(time.perf_counter() - began)
+                if side == "gin":
+                    found = target.query("SELECT pg_relation_size('gin_h'), "
+                                         "pg_relation_size('gin_h_kwargs')")
+                    sizes = (int(found[0][0]), int(found[0][1]))
+    finally:
+        target.query("DROP TABLE IF EXISTS gin_h")
+        target.query("DROP TABLE IF EXISTS gin_src")
+    ratios = [g / p for p, g in zip(times["plain"], times["gin"], strict=True)]
+    return {"rows": GIN_ROWS, "batch": GIN_BATCH, "rounds": GIN_ROUNDS,
+            "plain_median_s": round(statistics.median(times["plain"]), 2),
+            "gin_median_s": round(statistics.median(times["gin"]), 2),
+            "ratio_median": round(statistics.median(ratios), 2),
+            "ratio_min": round(min(ratios), 2), "ratio_max": round(max(ratios), 2),
+            "heap_mb": round(sizes[0] / 2**20, 1), "index_mb": round(sizes[1] / 2**20, 1)}
+
+
 def measure(target: Target, jobs: int, hot: int, rounds: int) -> dict[str, Any]:
     target.reset()
     app = _app(target.url)
@@ -151,6 +223,17 @@ def measure(target: Target, jobs: int, hot: int, rounds: int) -> dict[str, Any]:
             out["searches"][name] = row
             print(f"{target.backend} {name}: {row['median_ms']} ms median, "
                   f"{row['max_ms']} ms worst, {row['found']} found", flush=True)
+        walk = _walk(app, {"args_contains": {"order_id": 1}}, rounds)
+        out["oldest_order_id_window_by_window"] = walk
+        print(f"{target.backend} oldest order id, window by window: {walk['found']} found in "
+              f"{walk['requests']} requests, {walk['total_median_ms']} ms median in all "
+              f"({walk['total_max_ms']} ms worst), each request {walk['request_median_ms']} ms "
+              f"median ({walk['request_max_ms']} ms worst)", flush=True)
+        if target.backend == "postgres":
+            gin = out["gin_on_history_kwargs"] = _gin_cost(target)
+            print(f"postgres GIN on history kwargs: archive-like insert {gin['ratio_median']}x "
+                  f"as long ({gin['plain_median_s']} s -> {gin['gin_median_s']} s), index "
+                  f"{gin['index_mb']} MB per {gin['rows']:,} rows", flush=True)
         return out
     finally:
         app.close()

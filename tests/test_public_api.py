@@ -71,6 +71,7 @@ EXPORTED = [
     "ScheduleInfo",
     "ScheduleNotFoundError",
     "SchemaError",
+    "SearchPage",
     "Snooze",
     "StateChange",
     "StorageFullError",

@@ -53,6 +53,7 @@ if _typing.TYPE_CHECKING:
         Permit,
         QueueInfo,
         ScheduleInfo,
+        SearchPage,
         WorkflowEdge,
         WorkflowInfo,
         WorkflowRun,
@@ -73,7 +74,7 @@ if _typing.TYPE_CHECKING:
 #: conveyor`` stays cheap (no worker, no storage, no driver), and ``conveyor --help`` with it.
 _LAZY_MODULES: dict[str, tuple[str, ...]] = {
     "._app": ("Batch", "Conveyor", "Dependency", "JobEdit", "Limiter", "Permit", "QueueInfo", "ScheduleInfo",
-              "WorkflowEdge", "WorkflowInfo", "WorkflowRun"),
+              "SearchPage", "WorkflowEdge", "WorkflowInfo", "WorkflowRun"),
     "._chunk": ("Chunk", "ChunkJob", "ChunkResult"),
     "._config": ("ConveyorConfig", "WorkerConfig"),
     "._context": ("JobContext", "current_job"),
@@ -141,6 +142,7 @@ __all__ = [
     "ScheduleInfo",
     "ScheduleNotFoundError",
     "SchemaError",
+    "SearchPage",
     "Snooze",
     "StateChange",
     "StorageFullError",

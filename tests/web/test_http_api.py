@@ -322,6 +322,35 @@ def test_list_filters_and_pages_through_everything(api: Any, world: Any,
     assert [j.id for j in app.list_jobs(tag="odd")] == [ids[5]]
 
 
+def test_next_goes_on_past_windows_without_a_match(api: Any, world: Any,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: by tag or arg, each request reads one window of ``SCAN`` ids; ``next``
+    goes on below a window that held no match, so paging reaches the oldest job."""
+    from conveyor._app import search
+
+    app, _ = world
+    ids = [post(api, "/jobs", {"task": "resize", "args": [f"/{i}"],
+                               "kwargs": {"width": 100 + i}}).json()["id"] for i in range(9)]
+    app.cancel_job(ids[0])
+    monkeypatch.setattr(search, "SCAN", 2)
+    path: str | None = API + "/jobs?arg=width%3D100&limit=5"
+    pages: list[dict[str, Any]] = []
+    while path is not None:
+        page = api.get(path, headers=auth()).json()
+        pages.append(page)
+        path = page["next"]
+        assert (path is None) == (page["next_before_id"] is None)
+        window = page["scanned"]
+        assert window["to_id"] - window["from_id"] < 2  # each request stays bounded
+    assert [j["id"] for p in pages for j in p["jobs"]] == [ids[0]]
+    assert pages[0]["jobs"] == [] and pages[0]["next_before_id"] == pages[0]["scanned"]["from_id"]
+    assert len(pages) == 5  # 9 ids of resize, 2 per window (the oldest: the 5th window)
+    plain = get(api, "/jobs?task=resize&limit=3").json()
+    assert plain["scanned"] is None and plain["next_before_id"] == ids[6]
+    refused(get(api, "/jobs?arg=width"), 400, "bad_parameter", "arg")
+    refused(get(api, "/jobs?arg=width%3D%5B1%5D"), 400, "bad_parameter", "arg")
+
+
 @pytest.mark.parametrize("query", [
     "state=exploded", "limit=0", "limit=501", "limit=ten", "before_id=-3", "before_id=x",
     "queue=bad%20name", "task=9lives%20x", "tag=" + "t" * 300, "colour=red",

@@ -166,4 +166,48 @@ def test_args_search_reads_only_the_newest_jobs(browser: Browser, world: Conveyo
     page = browser.get("/jobs?q=png").text
     newest = max(j.id for j in world.list_jobs(limit=1))
     assert ids_on(page) == [i for i in everything if i > newest - 20]
-    assert "the search covers the newest 20 jobs" in page
+    assert f"searched jobs #{newest - 19} to #{newest}" in page
+
+
+def test_search_older_goes_on_window_after_window(browser: Browser, world: Conveyor,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31: the search box reads one window of ids per page, says which, and its
+    "Search older" link goes on below it until the oldest match is found."""
+    from conveyor._app.reads import jobs as job_reads
+
+    charge = world.task(name="lookup")(lambda **kw: None)
+    old = charge.options(delay=3600).enqueue(order_id=777).id
+    filler = [charge.options(delay=3600).enqueue(order_id=i).id for i in range(12)]
+    monkeypatch.setattr(job_reads, "TEXT_SCAN", 5)
+    path = "/jobs?arg=order_id%3D777&state=scheduled"
+    windows = []
+    while True:
+        page = browser.get(path)
+        assert page.status_code == 200
+        shown = re.search(r"searched jobs #(\d+) to #(\d+)", page.text)
+        assert shown, page.text[:500]
+        low, high = int(shown.group(1)), int(shown.group(2))
+        assert high - low < 5
+        windows.append((low, high))
+        if ids_on(page.text):
+            break
+        link = re.search(r'id="search-older" href="([^"]+)"', page.text)
+        assert link, "an empty window offers to search older"
+        path = link.group(1).replace("&amp;", "&")
+        assert f"before={low}" in path
+    assert ids_on(page.text) == [old]
+    assert windows[0] == (filler[-1] - 4, filler[-1]) and len(windows) == 3
+    # the match's window ends the search only where no older job is left
+    assert ('id="search-older"' in page.text) == (low > 1)
+    # a bulk action from that page acts on the window the page searched
+    bulk = re.search(r'href="(/bulk\?[^"]*action=discard[^"]*)"', page.text)
+    assert bulk and f"before={high + 1}" in bulk.group(1)
+    confirm = browser.get(bulk.group(1).replace("&amp;", "&")).text
+    assert "Discard 1 job(s)?" in confirm and f'name="before" value="{high + 1}"' in confirm
+    newest = browser.get("/bulk?action=discard&state=scheduled&arg=order_id%3D777").text
+    assert "Discard 0 job(s)?" in newest
+    form = {"action": "discard", "state": "scheduled", "arg": "order_id=777",
+            "before": str(high + 1), "back": "/jobs"}
+    assert browser.post("/bulk", form, token=browser.token(path)).status_code == 303
+    discarded = world.get_job(old)
+    assert discarded is not None and discarded.state is JobState.DISCARDED

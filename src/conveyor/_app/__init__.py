@@ -44,6 +44,7 @@ from .control import QueueInfo, ScheduleInfo
 from .limiters import Hold, Limiter
 from .maintenance import BULK_ALLOWED_STATES, BULK_DEFAULT_STATES, bulk_filter, bulk_states
 from .permits import Permit
+from .search import SearchPage
 
 if TYPE_CHECKING:
     from .._runtime.drain_result import DrainResult, Outcome
@@ -86,6 +87,7 @@ __all__ = [
     "QueueRow",
     "ScheduleInfo",
     "ScheduleNotFoundError",
+    "SearchPage",
     "StateCount",
     "Storage",
     "WorkflowEdge",

@@ -15,6 +15,7 @@ from .composition import Batch, Dependency, WorkflowInfo, WorkflowRun
 from .control import KEEP, QueueInfo, ScheduleInfo, _Keep
 from .limiters import Limiter, declare, list_limiters
 from .maintenance import DEFAULT_BATCH, OnCount, OnProgress
+from .search import SearchPage
 from .testing import TestingApp
 
 if TYPE_CHECKING:
@@ -46,9 +47,22 @@ class Conveyor(TestingApp):
         tag: str | None = None, args_contains: Mapping[str, Any] | None = None,
     ) -> list[Job]:
         """Newest first. Example: ``app.list_jobs(state="discarded", limit=10)``;
-        by tag or keyword argument (within the newest 100,000 jobs):
-        ``app.list_jobs(tag="vip", args_contains={"order_id": 1234})``"""
+        by tag or keyword argument, among the 100,000 job ids below ``before_id`` (or
+        the newest): ``app.list_jobs(tag="vip", args_contains={"order_id": 1234})``;
+        ``search_jobs`` says where that window ended, to go on to older jobs."""
         return self._sync(self.list_jobs_async(
+            state=state, queue=queue, task=task, limit=limit, before_id=before_id,
+            tag=tag, args_contains=args_contains))
+
+    def search_jobs(
+        self, *, state: JobState | str | None = None, queue: str | None = None,
+        task: str | None = None, limit: int = 50, before_id: int | None = None,
+        tag: str | None = None, args_contains: Mapping[str, Any] | None = None,
+    ) -> SearchPage:
+        """As ``list_jobs``, with where to go on. Example: every job of an order, window
+        after window: ``page = app.search_jobs(args_contains={"order_id": 1234})``, then
+        ``app.search_jobs(..., before_id=page.next_before_id)`` until it is None."""
+        return self._sync(self.search_jobs_async(
             state=state, queue=queue, task=task, limit=limit, before_id=before_id,
             tag=tag, args_contains=args_contains))
 

@@ -17,9 +17,7 @@ from .._job import MAX_ID, Job, JobState
 from .._limits import KeyFunc, RateLimit, Unique
 from .._routing import check_requires
 from .._storage import (
-    JobFilter,
     JobInsert,
-    JobListParams,
     JobSearchParams,
     LazyInserts,
     Storage,
@@ -215,31 +213,32 @@ class JobsApp(ResultsApp):
         task: str | None = None, limit: int = 50, before_id: int | None = None,
         tag: str | None = None, args_contains: Mapping[str, Any] | None = None,
     ) -> list[Job]:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-            raise ValueError("limit must be an int from 1 to 10000")
-        params = JobListParams(
-            state=JobState(state) if state is not None else None,
-            queue=_payload.check_queue_name(queue) if queue is not None else None,
-            task=_payload.check_task_name(task) if task is not None else None,
-            limit=limit,
-            before_id=_before_id(before_id),
-        )
-        if tag is None and args_contains is None:
-            return self._bound(await (await self.storage()).job_list(params))
-        return self._bound(await self._search_jobs(params, tag, args_contains))
-
-    async def _search_jobs(self, params: JobListParams, tag: str | None,
-                           args_contains: Mapping[str, Any] | None) -> list[Job]:
-        """``list_jobs`` by tag or argument value: a filtered search over the newest
-        ``search.SCAN`` jobs (neither can use an index; see ``_app/search.py``)."""
-        flt = JobFilter(
-            states=(params.state,) if params.state else (), queue=params.queue,
-            task=params.task, tag=search.check_tag(tag) if tag is not None else None,
-            args_contains=(search.check_args_contains(args_contains)
-                           if args_contains is not None else None))
+        params = search.list_params(state, queue, task, limit, before_id)
         storage = await self.storage()
-        flt = await search.bound(storage, flt)
-        return await storage.job_search(JobSearchParams(flt, params.limit, params.before_id))
+        if tag is None and args_contains is None:
+            return self._bound(await storage.job_list(params))
+        flt = await search.bound(storage, search.search_filter(params, tag, args_contains),
+                                 before=params.before_id)
+        return self._bound(await storage.job_search(
+            JobSearchParams(flt, params.limit, params.before_id)))
+
+    async def search_jobs_async(
+        self, *, state: JobState | str | None = None, queue: str | None = None,
+        task: str | None = None, limit: int = 50, before_id: int | None = None,
+        tag: str | None = None, args_contains: Mapping[str, Any] | None = None,
+    ) -> search.SearchPage:
+        """``list_jobs`` that says where to go on (``search.SearchPage``): by tag or
+        argument, one window of ``search.SCAN`` ids below ``before_id``."""
+        params = search.list_params(state, queue, task, limit, before_id)
+        storage = await self.storage()
+        if tag is None and args_contains is None:  # an index serves it: no window
+            found = await storage.job_list(dataclasses.replace(params, limit=limit + 1))
+            more = len(found) > limit
+            return search.SearchPage(self._bound(found[:limit]),
+                                     found[limit - 1].id if more else None)
+        page = await search.search_page(
+            storage, search.search_filter(params, tag, args_contains), limit, params.before_id)
+        return dataclasses.replace(page, jobs=self._bound(page.jobs))
 
     async def count_jobs_async(self, *, queue: str | None = None) -> dict[str, int]:
         """Jobs per state, every state present (zero when none)."""
@@ -455,10 +454,3 @@ def _check_id(job_id: object) -> int:
     if job_id > MAX_ID:
         raise JobNotFoundError(f"no job with id {job_id}")
     return job_id
-
-
-def _before_id(before_id: object) -> int | None:
-    """``list_jobs(before_id=)``: past the 64-bit range, every job is before it."""
-    if before_id is None or (type(before_id) is int and before_id > MAX_ID):
-        return None
-    return _check_id(before_id)

@@ -153,10 +153,18 @@ class Operations:
         storage = await self.app.storage()
         return await storage.job_count_capped(JobCountCappedParams(flt, cap))
 
-    async def bounded(self, flt: JobFilter, scan: int) -> JobFilter:
-        """A search in args covers the newest ``scan`` jobs only, so it stays fast on any
-        table (ids grow with time; the newest id is one index lookup away)."""
-        return await search.bound(await self.app.storage(), flt, scan)
+    async def bounded(self, flt: JobFilter, scan: int, *, before: int | None = None,
+                      after: int | None = None) -> tuple[JobFilter, search.Window | None]:
+        """A search in args reads one window of ``scan`` ids (below ``before``, above
+        ``after``, else the newest), so each request stays fast on any table; the
+        window says where it ended (``search.window``)."""
+        return await search.window(await self.app.storage(), flt, scan, before=before,
+                                   after=after)
+
+    async def search_page(self, flt: JobFilter, limit: int, before: int | None,
+                          scan: int) -> search.SearchPage:
+        """A page of ``flt`` below ``before`` and where to go on (``search.search_page``)."""
+        return await search.search_page(await self.app.storage(), flt, limit, before, scan)
 
     async def failure_groups(self, queue: str | None, task: str | None) -> list[FailureGroup]:
         storage = await self.app.storage()

@@ -200,8 +200,10 @@ class JobFilter:
     #: A failure group's key: the first line of the job's last error (200 chars at most).
     error_key: str | None = None
     ids: tuple[int, ...] = ()
-    #: Only jobs with at least this id: bounds a scan to the newest jobs.
+    #: Only jobs with at least this id, and at most ``max_id``: the window of ids a scan
+    #: without an index reads (``conveyor._app.search.window``).
     min_id: int | None = None
+    max_id: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .._app import Conveyor, Dependency, JobFilter, search
+from .._app import Conveyor, Dependency, JobFilter, SearchPage, search
 from .._app.operations import Operations
 from .._job import Job, JobState
 from .._redact import redact_secrets
@@ -53,13 +53,26 @@ from .maintenance import job_commands
 # -- list and show -----------------------------------------------------------------------
 
 
-async def list_jobs(app: Conveyor, filters: ListFilters, limit: int) -> list[Job]:
+async def list_jobs(app: Conveyor, filters: ListFilters, limit: int,
+                    before: int | None = None, windows: int = 1) -> SearchPage:
+    """The jobs ``jobs list`` shows, and where the search ended. By tag or argument,
+    each window reads ``search.SCAN`` ids; up to ``windows`` of them are read, going on
+    to older ones while the table is not full."""
+    jobs: list[Job] = []
+    first: SearchPage | None = None
     try:
-        return await app.list_jobs_async(
-            state=filters.state, queue=filters.queue, task=filters.task, limit=limit,
-            tag=filters.tag, args_contains=filters.args or None)
+        for _ in range(windows):
+            page = await app.search_jobs_async(
+                state=filters.state, queue=filters.queue, task=filters.task,
+                limit=limit - len(jobs), before_id=before, tag=filters.tag,
+                args_contains=filters.args or None)
+            first, jobs, before = first or page, jobs + page.jobs, page.next_before_id
+            if before is None or len(jobs) >= limit:
+                break
     except (ValueError, TypeError) as exc:  # a malformed name, tag or argument filter
         raise click.UsageError(str(exc)) from None
+    assert first is not None  # windows >= 1
+    return SearchPage(jobs, page.next_before_id, page.scanned_from, first.scanned_to)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,15 +97,27 @@ class ListFilters:
         return cls(state, queue, task, tag, args)
 
 
-async def count_listed(app: Conveyor, filters: ListFilters) -> int:
-    """How many jobs ``jobs list``'s filters match, counted up to ``COUNT_CAP`` (a search
-    by tag or argument within the newest ``search.SCAN`` jobs)."""
+async def count_listed(app: Conveyor, filters: ListFilters, listed: SearchPage) -> int:
+    """How many jobs ``jobs list``'s filters match, counted up to ``COUNT_CAP``: by tag
+    or argument, within the ids the search read (``listed.scanned_from`` to ``_to``)."""
     flt = JobFilter(states=(JobState(filters.state),) if filters.state else (),
                     queue=filters.queue, task=filters.task, tag=filters.tag,
                     args_contains=(search.check_args_contains(filters.args)
-                                   if filters.args else None))
-    ops = Operations(app, source="cli")
-    return await ops.count_matching(await ops.bounded(flt, search.SCAN), COUNT_CAP)
+                                   if filters.args else None),
+                    min_id=listed.scanned_from, max_id=listed.scanned_to)
+    return await Operations(app, source="cli").count_matching(flt, COUNT_CAP)
+
+
+def go_on_line(listed: SearchPage, limit: int) -> str | None:
+    """Where a search by tag or argument stopped, and the option that goes on from
+    there; None when it read down to the oldest job."""
+    if listed.next_before_id is None:
+        return None
+    cursor = f"--before-id {listed.next_before_id}"
+    if listed.scanned_from is None or len(listed.jobs) >= limit:
+        return f"older jobs: {cursor}"
+    return (f"searched jobs #{listed.scanned_from} to #{listed.scanned_to} only; older "
+            f"jobs: {cursor} (or --windows N to read N windows of {search.SCAN:,} ids)")
 
 
 #: ``jobs list`` counts the jobs its filters match up to this many (then "100,000+").
@@ -283,20 +308,29 @@ def jobs() -> None:
               help="Only jobs with this keyword argument (VALUE as JSON when it parses, "
                    "else text; a.b=V reaches into a dict); repeatable.")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--before-id", type=JOB_ID, metavar="ID",
+              help="Only jobs older than this id (the cursor the previous list printed).")
+@click.option("--windows", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="With --tag or --arg: read up to this many windows of 100,000 job ids, "
+                   "going on to older ones while the list is not full.")
 @secrets_option
 @json_option
 @common_options
 def jobs_list(state: str | None, queue: str | None, task_name: str | None, tag: str | None,
-              arg: tuple[str, ...], limit: int, secrets: bool, as_json: bool,
-              app_path: str | None, url: str | None) -> None:
-    """List jobs, newest first. With --tag or --arg, among the newest 100,000 jobs."""
+              arg: tuple[str, ...], limit: int, before_id: int | None, windows: int,
+              secrets: bool, as_json: bool, app_path: str | None, url: str | None) -> None:
+    """List jobs, newest first. With --tag or --arg, each window reads 100,000 job ids
+    (below --before-id, or the newest): the list says where it stopped and how to go on."""
     filters = ListFilters.parse(state, queue, task_name, tag, arg)
     app = open_app(app_path, url)
-    found = run_async(app, lambda: list_jobs(app, filters, limit))
+    listed = run_async(app, lambda: list_jobs(app, filters, limit, before_id, windows))
     matching = None
-    if len(found) == limit and not as_json:  # --limit may have cut the list
-        matching = run_async(app, lambda: count_listed(app, filters))
-    show_jobs(found, as_json=as_json, secrets=secrets, matching=matching)
+    if len(listed.jobs) == limit and not as_json:  # --limit may have cut the list
+        matching = run_async(app, lambda: count_listed(app, filters, listed))
+    show_jobs(listed.jobs, as_json=as_json, secrets=secrets, matching=matching)
+    go_on = go_on_line(listed, limit)
+    if go_on is not None:
+        console(stderr=as_json).print(go_on, style="dim", soft_wrap=True)
 
 
 @jobs.command("show", epilog=EPILOG)

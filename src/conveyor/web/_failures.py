@@ -11,7 +11,7 @@ from starlette.routing import Route
 from .._app import reads
 from .._errors import ConveyorError
 from ._context import Context, safe_path
-from ._query import JobQuery
+from ._query import JobQuery, positive_int
 from ._security import action_form, form_text
 
 BULK_ACTIONS = ("retry", "discard")
@@ -32,9 +32,11 @@ async def bulk(ctx: Context, request: Request) -> Response:
         raise HTTPException(400, "action must be retry or discard")
     query = JobQuery.parse(request.query_params)
     cap = ctx.settings.bulk_cap
-    flt = await reads.bounded(ctx.ops, query.to_filter())
+    before = positive_int(request.query_params.get("before"))  # the window the list showed
+    flt = await reads.bounded(ctx.ops, query.to_filter(), before)
     preview = await reads.bulk_preview(ctx.ops, action, flt, cap, ctx.settings.redact)
     return ctx.render(request, "confirm.html", "/failures", action=action, query=query,
+                      before=before if flt.max_id is not None else None,
                       count=min(preview.matching, cap), over=preview.over(cap), cap=cap,
                       per_state=[(s.value, n) for s, n in preview.per_state],
                       named=[s.value for s in flt.states], sample=preview.sample, live=False,
@@ -51,7 +53,7 @@ async def bulk_action(ctx: Context, request: Request) -> Response:
     back = safe_path(form_text(form, "back", "/failures"))
     cap = ctx.settings.bulk_cap
     ctx.audit(request, f"bulk.{action}", filter=query.describe(), cap=cap)
-    flt = await reads.bounded(ctx.ops, query.to_filter())
+    flt = await reads.bounded(ctx.ops, query.to_filter(), positive_int(form_text(form, "before")))
     act = ctx.ops.retry_matching if action == "retry" else ctx.ops.discard_matching
     try:
         changed = await act(flt, cap)

@@ -17,15 +17,15 @@ from ..._payload_crypt import sealed_key
 from ..._redact import Redactor
 from ..._storage import JobEdit, JobFilter
 from ..maintenance import bulk_filter
-from ..search import SCAN
+from ..search import SCAN, Window
 
 if TYPE_CHECKING:
     from ..operations import Operations
 
 #: Characters of args shown in a list row; the detail page shows them all.
 PREVIEW_CHARS = 120
-#: A search in args (or by tag) reads at most the newest this many jobs (it cannot use
-#: an index; ``_app/search.py``).
+#: A search in args (or by tag) reads at most this many job ids per page, a window
+#: that moves with the page's cursor (it cannot use an index; ``_app/search.py``).
 TEXT_SCAN = SCAN
 
 
@@ -64,25 +64,47 @@ class JobsPage:
     #: Keyset cursors: ``after`` for the newer page, ``before`` for the older one.
     newer: int | None
     older: int | None
+    #: The ids a search by tag or in arguments read (one window of ``TEXT_SCAN``), and
+    #: where it ended; None for a filter an index serves.
+    window: Window | None = None
 
 
-async def bounded(ops: Operations, flt: JobFilter) -> JobFilter:
-    """A search in args or by tag covers the newest ``TEXT_SCAN`` jobs only."""
-    return await ops.bounded(flt, TEXT_SCAN)
+async def bounded(ops: Operations, flt: JobFilter, before: int | None = None) -> JobFilter:
+    """A search in args or by tag reads the ``TEXT_SCAN`` ids below ``before`` (the
+    newest without it): a bulk action acts on the window its list showed."""
+    return (await ops.bounded(flt, TEXT_SCAN, before=before))[0]
 
 
 async def jobs_page(ops: Operations, flt: JobFilter, redact: Redactor, *, limit: int,
                     before: int | None, after: int | None, cap: int) -> JobsPage:
-    flt = await bounded(ops, flt)
+    """One page, newest first. A search by tag or in arguments reads one window of
+    ``TEXT_SCAN`` ids below ``before`` (above ``after``): when the window ends before
+    the page is full, the older (newer) cursor is the window's edge, so paging on
+    searches the next window and reaches every match, each page's cost bounded."""
+    flt, win = await ops.bounded(flt, TEXT_SCAN, before=before, after=after)
     jobs = await ops.search_jobs(flt, limit + 1, before, after)
     more = len(jobs) > limit
     # A newer page was read upwards: its extra row is the newest one, at the front.
     jobs = jobs[-limit:] if after is not None else jobs[:limit]
     count = await ops.count_matching(flt, cap + 1)
     rows = [JobRow(j, arguments_preview(j), last_error(j)) for j in map(redact, jobs)]
-    newer = jobs[0].id if jobs and (before is not None or (after is not None and more)) else None
-    older = jobs[-1].id if jobs and (more or after is not None) else None
-    return JobsPage(rows, min(count, cap), count > cap, newer, older)
+    newer, older = _cursors([j.id for j in jobs], more, before, after, win)
+    return JobsPage(rows, min(count, cap), count > cap, newer, older, win)
+
+
+def _cursors(ids: list[int], more: bool, before: int | None, after: int | None,
+             win: Window | None) -> tuple[int | None, int | None]:
+    """The newer page's ``after`` and the older page's ``before``. Within a window, a
+    page that is not full goes on from the window's edge (the next window), and an
+    empty one from its own cursor, so no page is a dead end."""
+    first, last = (ids[0], ids[-1]) if ids else (None, None)
+    if after is not None:  # read upwards from ``after``
+        newer = first if more else (win.newer if win is not None else None)
+        return newer, last if ids else (after + 1 if win is not None else None)
+    newer = first if before is not None else None
+    if newer is None and before is not None and win is not None:
+        newer = before - 1
+    return newer, last if more else (win.older if win is not None else None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -221,7 +221,8 @@ class PostgresPools(FairStorage):
         return {
             "states": [s.value for s in f.states] or None, "queue": f.queue, "task": f.task,
             "tag": f.tag, "text": f.text or None, "error_key": f.error_key,
-            "ids": list(f.ids) or None, "min_id": f.min_id, "args": f.args_contains,
+            "ids": list(f.ids) or None, "min_id": f.min_id, "max_id": f.max_id,
+            "args": f.args_contains,
         }
 
     async def _change_matching(self, params: JobBulkParams, allowed: Sequence[JobState],

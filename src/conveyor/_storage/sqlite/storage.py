@@ -112,7 +112,7 @@ class SQLiteStorage(FairStorage):
             "states": "," + ",".join(s.value for s in f.states) + "," if f.states else None,
             "queue": f.queue, "task": f.task, "tag": f.tag, "text": f.text or None,
             "error_key": f.error_key, "ids": json.dumps(list(f.ids)) if f.ids else None,
-            "min_id": f.min_id, "args_paths": _args_paths(f.args_contains),
+            "min_id": f.min_id, "max_id": f.max_id, "args_paths": _args_paths(f.args_contains),
         }
 
     async def _change_matching(self, params: JobBulkParams, allowed: Sequence[JobState],

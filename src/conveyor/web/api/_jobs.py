@@ -110,19 +110,26 @@ async def get_job(api: Api, request: Request, params: dict[str, Any]) -> Respons
 
 
 async def list_jobs(api: Api, request: Request, params: dict[str, Any]) -> Response:
+    """A page of jobs, newest first. By tag or argument, each request reads one window
+    of ``search.SCAN`` ids below ``before_id`` (``scanned``); ``next`` goes on below the
+    page, or below the window when it ended first, so paging reaches every match."""
     flt = JobFilter(states=(JobState(params["state"]),) if params["state"] else (),
-                    queue=params["queue"], task=params["task"], tag=params["tag"])
-    limit = params["limit"]
-    flt = await api.ops.bounded(flt, search.SCAN)  # by tag: the newest jobs, as list_jobs
-    found = await api.ops.search_jobs(flt, limit + 1, before=params["before_id"])
-    page, more = found[:limit], len(found) > limit
-    cursor = page[-1].id if more and page else None
-    link = None
+                    queue=params["queue"], task=params["task"], tag=params["tag"],
+                    args_contains=params["arg"])
+    page = await api.ops.search_page(flt, params["limit"], params["before_id"], search.SCAN)
+    cursor, link = page.next_before_id, None
     if cursor is not None:  # the same filters, older jobs
         query = {k: v for k, v in request.query_params.items() if k != "before_id"}
         link = f"{request.url.path}?{urlencode({**query, 'before_id': cursor})}"
-    return JSONResponse({"jobs": [job_json(api, j) for j in page], "next_before_id": cursor,
-                         "next": link})
+    scanned = (None if page.scanned_from is None else
+               {"from_id": page.scanned_from, "to_id": page.scanned_to})
+    return JSONResponse({"jobs": [job_json(api, j) for j in page.jobs],
+                         "next_before_id": cursor, "next": link, "scanned": scanned})
+
+
+def read_arg(text: str) -> str:
+    """``arg=NAME=VALUE``, as the dashboard's search box reads it: the filter as JSON."""
+    return search.check_args_contains(search.args_from_pairs([text]))
 
 
 async def wait_job(api: Api, request: Request, params: dict[str, Any]) -> Response:

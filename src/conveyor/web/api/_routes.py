@@ -77,6 +77,9 @@ LIST = (
           checked(lambda t: _payload.check_tags([t])[0])),
     Param("limit", "query", {"type": "integer", "minimum": 1, "maximum": _jobs.MAX_PAGE},
           "Jobs per page.", bounded_int(1, _jobs.MAX_PAGE), _jobs.PAGE),
+    Param("arg", "query", {"type": "string"},
+          "Only jobs with this keyword argument, NAME=VALUE (VALUE as JSON when it parses, "
+          "else text; a.b=V reaches into a dict), e.g. order_id=1234.", _jobs.read_arg),
     Param("before_id", "query", {"type": "integer", "minimum": 1},
           "Jobs older than this id (the previous page's next_before_id).", positive),
 )
@@ -87,10 +90,20 @@ JOB_BODY = {"oneOf": [_ref("JobRequest"),
                       {"type": "array", "items": _ref("JobRequest"), "minItems": 1,
                        "maxItems": _jobs.MAX_BULK}]}
 JOBS_ANSWER = {"oneOf": [_ref("Job"), {"type": "array", "items": _ref("Job")}]}
-PAGE_ANSWER = {"type": "object", "required": ["jobs", "next_before_id", "next"], "properties": {
+PAGE_ANSWER = {"type": "object", "required": ["jobs", "next_before_id", "next", "scanned"],
+               "properties": {
     "jobs": {"type": "array", "items": _ref("Job")},
-    "next_before_id": {"type": ["integer", "null"]},
-    "next": {"type": ["string", "null"], "description": "The next page's path and query."}}}
+    "next_before_id": {"type": ["integer", "null"], "description": (
+        "The next page's before_id: below this page's last job when the page is full, "
+        "else below the scanned window (a page may be empty while older jobs remain); "
+        "null when nothing older is left.")},
+    "next": {"type": ["string", "null"], "description": "The next page's path and query."},
+    "scanned": {"type": ["object", "null"], "description": (
+        "A search by tag or arg cannot use an index: each request reads one window of "
+        "at most 100,000 job ids, these (null: no window, an index served the filter). "
+        "Follow next to search the next window down."),
+        "required": ["from_id", "to_id"], "properties": {
+            "from_id": {"type": "integer"}, "to_id": {"type": "integer"}}}}}
 PAUSED = {"type": "object", "required": ["name", "paused"],
           "properties": {"name": {"type": "string"}, "paused": {"type": "boolean"}}}
 DOC = {"type": "object", "description": "This document (OpenAPI 3.1)."}
@@ -99,7 +112,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", "/jobs", _jobs.enqueue, "Enqueue a job, or a list of jobs at once "
              "(one transaction: all or none).", (201, JOBS_ANSWER), write=True,
              body=JOB_BODY, errors=(400, 413, 415, 422)),
-    Endpoint("GET", "/jobs", _jobs.list_jobs, "Jobs, newest first, one page.",
+    Endpoint("GET", "/jobs", _jobs.list_jobs, "Jobs, newest first, one page (by tag or "
+             "arg: one window of ids per request, see scanned and next).",
              (200, PAGE_ANSWER), params=LIST, errors=(400,)),
     Endpoint("GET", "/jobs/{job_id}", _jobs.get_job, "One job.", (200, _ref("Job")),
              params=(JOB_ID,), errors=(400, 404)),

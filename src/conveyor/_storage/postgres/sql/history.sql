@@ -43,6 +43,7 @@ WHERE j.state = ANY(%(allowed)s::text[])
           = %(error_key)s::text)
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
   AND j.id >= coalesce(%(min_id)s::bigint, 0)
+  AND j.id <= coalesce(%(max_id)s::bigint, 9223372036854775807)
 ORDER BY j.id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;

@@ -18,6 +18,7 @@ WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
           = %(error_key)s::text)
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
   AND j.id >= coalesce(%(min_id)s::bigint, 0)
+  AND j.id <= coalesce(%(max_id)s::bigint, 9223372036854775807)
   AND j.id < coalesce(%(before_id)s::bigint, 9223372036854775807)
 ORDER BY j.id DESC
 LIMIT %(limit)s;
@@ -37,6 +38,7 @@ WHERE (%(states)s::text[] IS NULL OR j.state = ANY(%(states)s::text[]))
           = %(error_key)s::text)
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
   AND j.id >= coalesce(%(min_id)s::bigint, 0)
+  AND j.id <= coalesce(%(max_id)s::bigint, 9223372036854775807)
   AND j.id > %(after_id)s::bigint
 ORDER BY j.id
 LIMIT %(limit)s;
@@ -57,6 +59,7 @@ SELECT count(*) AS n FROM (
               = %(error_key)s::text)
       AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
       AND j.id >= coalesce(%(min_id)s::bigint, 0)
+      AND j.id <= coalesce(%(max_id)s::bigint, 9223372036854775807)
     LIMIT %(cap)s
 ) AS c;
 
@@ -118,6 +121,7 @@ WHERE j.state = ANY(%(allowed)s::text[])
           = %(error_key)s::text)
   AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
   AND j.id >= coalesce(%(min_id)s::bigint, 0)
+  AND j.id <= coalesce(%(max_id)s::bigint, 9223372036854775807)
 ORDER BY j.id
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;

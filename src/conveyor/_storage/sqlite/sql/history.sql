@@ -40,6 +40,7 @@ WHERE instr(:allowed, ',' || j.state || ',') > 0
                        THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
   AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
   AND j.id >= coalesce(:min_id, 0)
+  AND j.id <= coalesce(:max_id, 9223372036854775807)
 ORDER BY j.id
 LIMIT :limit;
 

@@ -20,6 +20,7 @@ WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
                        THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
   AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
   AND j.id >= coalesce(:min_id, 0)
+  AND j.id <= coalesce(:max_id, 9223372036854775807)
   AND j.id < coalesce(:before_id, 9223372036854775807)
 ORDER BY j.id DESC
 LIMIT :limit;
@@ -41,6 +42,7 @@ WHERE (:states IS NULL OR instr(:states, ',' || j.state || ',') > 0)
                        THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
   AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
   AND j.id >= coalesce(:min_id, 0)
+  AND j.id <= coalesce(:max_id, 9223372036854775807)
   AND j.id > :after_id
 ORDER BY j.id
 LIMIT :limit;
@@ -66,6 +68,7 @@ SELECT count(*) AS n FROM (
                            THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
       AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
       AND j.id >= coalesce(:min_id, 0)
+      AND j.id <= coalesce(:max_id, 9223372036854775807)
     LIMIT :cap
 );
 
@@ -131,6 +134,7 @@ WHERE instr(:allowed, ',' || j.state || ',') > 0
                        THEN instr(coalesce(json_extract(j.errors, '$[#-1].error'), ''), char(10)) - 1 ELSE 200 END) = :error_key)
   AND (:ids IS NULL OR j.id IN (SELECT value FROM json_each(:ids)))
   AND j.id >= coalesce(:min_id, 0)
+  AND j.id <= coalesce(:max_id, 9223372036854775807)
 ORDER BY j.id
 LIMIT :limit;
 

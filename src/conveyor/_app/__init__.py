@@ -2,7 +2,8 @@
 
 One chain of classes, one file each, each with real methods: ``AppBase`` (base.py:
 definitions, storage, the sync bridge) <- ``ResultsApp`` (results.py: waiting for jobs)
-<- ``JobsApp`` (jobs.py: enqueue, jobs, workers) <- ``CompositionApp`` (composition.py:
+<- ``JobsApp`` (jobs.py: enqueue, jobs, workers) <- ``TasksApp`` (tasks.py: registering
+tasks, types and periodic tasks) <- ``CompositionApp`` (composition.py:
 workflows, batches, dependencies) <- ``ControlApp`` (control.py: schedules, queues,
 cluster) <- ``MaintenanceApp`` (maintenance.py: every operator action,
 prune and rescue now) <- ``TestingApp`` (testing.py: inline mode and drain) <-

@@ -1,5 +1,5 @@
 """Workflows and batches: the async core of ``enqueue_workflow``, ``batch`` and
-``task.options(depends_on=...)``, between ``JobsApp`` and ``ControlApp``.
+``task.options(depends_on=...)``, between ``TasksApp`` and ``ControlApp``.
 
 Every insert here is one transaction (the caller's with ``connection=``). What happens
 when a job becomes final (dependents released or cancelled, batch counters, callbacks
@@ -30,7 +30,8 @@ from .._storage import (
 from .._task import JobSpec
 from .._workflow import Chain, Chord, Group, Workflow
 from .caller import caller_connection, caller_connection_async
-from .jobs import JobsApp, _check_id
+from .jobs import _check_id
+from .tasks import TasksApp
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -132,7 +133,7 @@ def _specs(jobs: object, what: str) -> list[JobSpec]:
     return list(jobs)
 
 
-class CompositionApp(JobsApp):
+class CompositionApp(TasksApp):
     """Dependencies, workflows and batches; see ``Conveyor``."""
 
     # -- building the storage params ------------------------------------------------------

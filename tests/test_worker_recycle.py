@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from conveyor import Conveyor, JobState
+from conveyor._storage import make_ack
 
 from .apps import recycle_app
 from .conftest import WaitFor
@@ -44,11 +45,12 @@ class Run:
                 "CONVEYOR_TEST_LEDGER": str(self.ledger),
                 "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
 
-    def start(self, *args: str) -> None:
+    def start(self, *args: str, env: dict[str, str] | None = None) -> None:
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "conveyor", "worker", APP, *WORKER_ARGS, *args],
-                env=self.env(), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+                env={**self.env(), **(env or {})}, cwd=ROOT, stdout=out,
+                stderr=subprocess.STDOUT)
 
     def lines(self, event: str) -> list[tuple[int, int]]:
         """(job id, pid) of each ledger line of ``event``."""
@@ -234,17 +236,177 @@ def test_children_that_cannot_start_stop_the_supervisor(run: Run) -> None:
     assert "could not start" in done.stderr and "restart #" not in done.stderr
 
 
+#: The supervisor kills a wedged child this long past its hard deadline (5 s by default).
+SHORT_MARGIN = {"CONVEYOR_WATCHDOG_MARGIN": "0.5"}
+#: Leases far longer than the test: a job that comes back did so through the handoff,
+#: not through the lease-expiry rescue.
+LONG_LEASE = ("--lease-ttl", "120")
+
+
 def test_a_child_too_wedged_to_recycle_itself_is_killed_by_the_supervisor(
         run: Run, tasks: Conveyor, wait_for: WaitFor) -> None:
     """A handler in C code holding the GIL stops the child's loop: the supervisor, told
-    the job's hard deadline through its pipe, kills the child and starts another."""
+    the job's hard deadline through its pipe, kills the child and starts another, which
+    fails the attempt with TaskTimedOut (max_attempts=1: discarded)."""
     job = tasks.tasks["wedged"].enqueue().id
-    run.start("--hard-timeout-grace", "1", "-c", "2")
+    run.start("--hard-timeout-grace", "1", "-c", "2", *LONG_LEASE, env=SHORT_MARGIN)
     (_, pid), = wait_for(lambda: run.lines("wedged"), DEADLINE, message=run.output())
     wait_for(lambda: f"(pid {pid}) did not recycle itself with job(s) {job}" in run.output(),
              DEADLINE, message=run.output())
-    wait_for(lambda: f"(pid {pid}) died: killed by SIGKILL" in run.output(), DEADLINE,
+    wait_for(lambda: f"(pid {pid}) killed at a hard time limit" in run.output(), DEADLINE,
              message=run.output())
     assert not _alive(pid)
+    wait_for(lambda: _all_in(tasks, [job], JobState.DISCARDED), DEADLINE, message=run.output())
+    (error,) = tasks.get_job(job).errors  # type: ignore[union-attr]
+    assert error["error"] == "TimeoutError: task ran past its timeout of 1.0s", error
+    assert error["pid"] == pid and error["attempt"] == 1, error
     after = tasks.tasks["count"].enqueue().id  # the replacement serves the queue
     wait_for(lambda: _all_in(tasks, [after], JobState.COMPLETED), DEADLINE, message=run.output())
+
+
+def _runs(run: Run, event: str, job: int) -> list[int]:
+    return [pid for j, pid in run.lines(event) if j == job]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["job", "chunk"])
+def test_a_wedged_childs_jobs_are_settled_by_its_replacement(
+        run: Run, tasks: Conveyor, wait_for: WaitFor, chunked: bool) -> None:
+    """A sync handler (or a chunk's) holds the GIL past timeout + grace while a sync and
+    an async job of the same child run: the child is killed and replaced; the stuck
+    attempt fails with TaskTimedOut and is retried by its policy (it succeeds on attempt
+    2); the other two are given back at once, their attempt not used, and finish in the
+    replacement; no job runs twice at once."""
+    sleeper = tasks.tasks["sleeper"].enqueue(first=60.0, again=0.1).id
+    napper = tasks.tasks["napper"].enqueue(first=60.0, again=0.1).id
+    run.start("--hard-timeout-grace", "0.5", "-c", "4", *LONG_LEASE, env=SHORT_MARGIN)
+    wait_for(lambda: _runs(run, "sleeper", sleeper) and _runs(run, "napper", napper),
+             DEADLINE, message=run.output())
+    if chunked:
+        event, message = "gil-chunk", "chunk ran past its task's timeout of 1.0s"
+        chunk = tasks.tasks["gil_chunk"]  # both at once: claimed into one chunk
+        stuck = [j.id for j in tasks.enqueue_many([chunk.job(), chunk.job()])]
+    else:
+        event, message = "gil", "task ran past its timeout of 1.0s"
+        stuck = [tasks.tasks["gil"].enqueue().id]
+    wait_for(lambda: all(_runs(run, event, j) for j in stuck), DEADLINE, message=run.output())
+    (pid,) = {_runs(run, event, j)[0] for j in stuck}  # one child ran them all
+    assert _runs(run, "sleeper", sleeper) == [pid]
+    wait_for(lambda: _all_in(tasks, [*stuck, sleeper, napper], JobState.COMPLETED), DEADLINE,
+             message=run.output())
+    assert not _alive(pid)
+    for j in stuck:  # attempt 1 failed with TaskTimedOut, recorded for the killed child
+        job = tasks.get_job(j)
+        assert job is not None and job.attempt == 2, job
+        (error,) = job.errors
+        assert error["error"] == f"TimeoutError: {message}", error
+        assert error["attempt"] == 1 and error["pid"] == pid, error
+        first, again = _runs(run, event, j)
+        assert first == pid != again
+    for j, name in ((sleeper, "sleeper"), (napper, "napper")):  # given back, attempt unused
+        job = tasks.get_job(j)
+        assert job is not None and job.attempt == 1 and job.errors == [], job
+        first, again = _runs(run, name, j)
+        assert first == pid != again and _runs(run, f"{name}-done", j) == [again]
+    assert not [line for line in run.ledger.read_text().splitlines()
+                if line.startswith("overlap")], run.ledger.read_text()
+    out = run.output()
+    assert f"(pid {pid}) killed at a hard time limit" in out, out
+    assert (f"its replacement will fail {len(stuck)} job(s) of pid {pid} past their timeout "
+            "with TaskTimedOut and give 2 other(s) back") in out, out
+    assert "lease expired" not in out
+
+
+def test_the_supervisor_reads_leases_and_deadlines_into_a_handoff() -> None:
+    """The pipe's protocol, in process: claimed, settled, watched and unwatched jobs; at
+    the kill, those past their soft deadline are timed out, the rest given back."""
+    import time
+
+    from conveyor._runtime import handoff, hardlimit
+    from conveyor._runtime.handoff import Handoff
+    from conveyor._runtime.hardlimit import Watchdog
+    from conveyor.cli import _supervisor
+    from conveyor.cli._supervisor import Child, Supervisor
+
+    assert _supervisor.WATCHDOG_ENV == hardlimit.WATCHDOG_ENV  # both ends, one name
+    assert _supervisor.HANDOFF_ENV == handoff.HANDOFF_ENV
+
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    child, dog = Child(0, watch_fd=read), Watchdog(write)
+    try:
+        dog.say("Nnode-1\n")
+        for job in range(1, 6):
+            dog.say(f"={job} {job * 1000 - 3}\n")
+        dog.settled([2])
+        dog.watch([1], -2.0, 1.0)  # soft deadline 2 s ago, hard 1 s ago
+        dog.watch([3], 30.0, 1.0)  # a sync handler still within its timeout
+        dog.watch([4], -2.0, 1.0)
+        dog.unwatch([4], None)  # its thread ended: no longer timed out
+        dog.say("=6 ")  # a partial line waits for its end
+        Supervisor._read(Supervisor([], 1, watchdog=True), child)
+        assert child.node == "node-1" and child.pending == b"=6 "
+        assert set(child.leases) == {"1", "3", "4", "5"} and set(child.deadlines) == {"1", "3"}
+        h = Handoff.loads(Supervisor._handoff(child, 42, time.time()))
+        assert (h.pid, h.node) == (42, "node-1")
+        assert [(i, t) for i, t, _ in h.timed_out] == [(1, 997)]
+        assert sorted((i, t) for i, t, _ in h.given_back) == [(3, 2997), (4, 3997), (5, 4997)]
+        assert not child.leases and not child.deadlines
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_handoff_is_settled_fenced_on_each_lease_token(tasks: Conveyor) -> None:
+    """settle() on real storage: the timed-out job fails with TaskTimedOut as the soft
+    timeout records it (its runner the killed process), a running job is given back with
+    its attempt returned, one leased under another token or already finished is left
+    alone, and the same outcomes written twice apply once."""
+    import time
+
+    from conveyor._runtime.executor import Execution, Executor
+    from conveyor._runtime.handoff import Handoff, settle
+    from conveyor._storage import JobAckManyParams, JobFetchAvailableParams
+
+    ids = [tasks.tasks["gil"].enqueue().id, *(tasks.tasks["count"].enqueue().id for _ in range(3))]
+
+    async def main() -> None:
+        storage = await tasks.storage()
+        claimed = {j.id: j.lease_token or 0 for j in await storage.job_fetch_available(
+            JobFetchAvailableParams("default", 10, "dead-node", 60.0))}
+        assert sorted(claimed) == ids
+        gil, given, other, done = ids
+        await storage.job_ack_many(JobAckManyParams([make_ack(
+            id=done, lease_token=claimed[done], state=JobState.COMPLETED, run_time=0.1)]))
+        now = time.time()
+        handoff = Handoff(4242, "dead-node", now, [(gil, claimed[gil], now - 3)],
+                          [(given, claimed[given], now - 3), (other, claimed[other] + 1, now - 3),
+                           (done, claimed[done], now - 3)])
+        executor = Executor(tasks.registry, 1, "new-node")
+        executions: dict[int, Execution] = {}
+        try:
+            acks = await settle(handoff, storage, executor, executions)
+        finally:
+            executor.shutdown()
+        assert [a.id for a in acks] == [gil, given] and sorted(executions) == [gil, given]
+        failed, back = acks
+        assert failed.state is JobState.RETRYABLE and 0 < (failed.delay or 0) < 1
+        error = json.loads(failed.error_json or "{}")
+        assert error["error"] == "TimeoutError: task ran past its timeout of 1.0s", error
+        assert (error["pid"], error["node"], error["attempt"]) == (4242, "dead-node", 1)
+        assert error["run_time"] >= 2.9 and (executions[gil].run_time or 0) >= 2.9
+        assert back.state is JobState.AVAILABLE and back.attempt_delta == -1
+        assert sorted(await storage.job_ack_many(JobAckManyParams(acks))) == [gil, given]
+        assert await storage.job_ack_many(JobAckManyParams(acks)) == []  # fenced: once
+
+    async def run() -> None:
+        try:
+            await main()
+        finally:
+            await tasks.close_async()
+
+    asyncio.run(run())
+    gil, given, other, done = (tasks.get_job(i) for i in ids)
+    assert gil is not None and gil.state is JobState.RETRYABLE and gil.attempt == 1
+    assert given is not None and given.state is JobState.AVAILABLE and given.attempt == 0
+    assert other is not None and other.state is JobState.RUNNING and other.errors == []
+    assert done is not None and done.state is JobState.COMPLETED

@@ -237,7 +237,10 @@ class WorkerConfig:
     #: Hard time limit: a sync handler still running this many seconds past its task's
     #: ``timeout`` (its attempt already failed with the timeout) gets its process
     #: recycled at once: the other running jobs go back without using an attempt and the
-    #: process exits, which ends the stuck thread. None: threads run on (soft limit only).
+    #: process exits, which ends the stuck thread. Under the supervisor, a process too
+    #: wedged to do so (C code holding the GIL) is killed, and its replacement fails the
+    #: stuck attempt and gives the others back the same way (``_runtime/handoff.py``).
+    #: None: threads run on (soft limit only).
     hard_timeout_grace: float | None = _field(
         None, "seconds a sync handler may run past its timeout before its worker process "
               "is replaced, ending it (a hard time limit); runs under the supervisor")

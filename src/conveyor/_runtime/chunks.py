@@ -16,7 +16,6 @@ returned. A per-task claim would need a claim variant per backend for the same e
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import functools
 import time
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ from .._payload_types import ArgumentsError
 from .._storage import JobAck
 from .._task import Task
 from .executor import MAX_DELAY, Execution, Executor, _cancelled_from_outside
+from .hardlimit import run_in_thread
 from .producer import Producer
 
 #: One job's end: (result, None) when it completed, (None, exception) when it failed.
@@ -93,13 +93,9 @@ class ChunkCall:
                 if scope.expired():
                     raise TaskTimedOut from None
                 raise
-        loop = asyncio.get_running_loop()
-        call = functools.partial(task.fn, items)
-        future = loop.run_in_executor(self._x._pool, contextvars.copy_context().run, call)
-        done, _ = await asyncio.wait({future}, timeout=timeout)
-        if not done:
-            raise TaskTimedOut
-        return future.result()
+        # the same hard limit as one job's sync handler: every job of the chunk is watched
+        return await run_in_thread(self._x._pool, self._x.hard, functools.partial(task.fn, items),
+                                   [item.id for item in items], timeout, _nothing)
 
     def settle(self, ex: Execution, task: Task[Any, Any], value: Any,
                exc: BaseException | None) -> JobAck | None:
@@ -270,6 +266,10 @@ class Chunker:
         chunk.producer.finished()
         if chunk.runner is not None and not chunk.runner.done():
             chunk.runner.cancel()  # no job waits for it any more
+
+
+def _nothing() -> None:
+    """A chunk's timeout: its members' handlers see no ``cancelled`` (none is current)."""
 
 
 def chunk_tasks(tasks: Mapping[str, Task[Any, Any]]) -> bool:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import contextvars
 import dataclasses
 import functools
 import json
@@ -28,7 +26,7 @@ from .._registry import Registry
 from .._storage import JobAck, make_ack
 from .._task import Task
 from .._task_retry import QueueBackoff, discard_reason, task_delay
-from .recycler import Overdue
+from .hardlimit import HardLimit, run_in_thread
 
 log = logging.getLogger("conveyor.job")
 MAX_DELAY = _payload.MAX_DELAY_SECONDS
@@ -104,14 +102,11 @@ class Executor:
         self._fits: dict[tuple[str, int, tuple[str, ...]], str | None] = {}
         #: Each queue's live default backoff, kept current by the QueueSettings service.
         self.queue_backoffs: dict[str, QueueBackoff] = {}
-        #: Hard time limit (hard_timeout_grace): sync handlers past their soft timeout,
-        #: watched by the Recycler; None: not configured, nothing is recorded.
-        self.hard_grace: float | None = None
-        self.overdue: list[Overdue] = []
-        #: Under the supervisor with a hard limit: a pipe that hears each sync handler's
-        #: hard deadline, so that a process too wedged to recycle itself (a handler in C
-        #: code holding the GIL) is killed from outside.
-        self.watchdog_fd: int | None = None
+        #: Hard time limit (hard_timeout_grace): its grace, the sync handlers past their
+        #: soft timeout (watched by the Recycler) and, under the supervisor, its pipe,
+        #: which hears each thread's hard deadline, so that a process too wedged to
+        #: recycle itself (a handler in C code holding the GIL) is killed from outside.
+        self.hard = HardLimit()
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -207,36 +202,9 @@ class Executor:
                     raise TaskTimedOut from None
                 raise
         ex.handler_is_async = False
-        loop = asyncio.get_running_loop()
         call = functools.partial(task.fn, *ex.args, **ex.kwargs)
-        watched = (self.watchdog_fd is not None and timeout is not None
-                   and self.hard_grace is not None)
-        if watched:  # before the thread starts: one that never lets go of the GIL...
-            self._watch(ex.job.id, timeout + self.hard_grace)  # type: ignore[operator]
-        future = loop.run_in_executor(self._pool, contextvars.copy_context().run, call)
-        if watched:
-            future.add_done_callback(functools.partial(self._unwatch, ex.job.id))
-        # A timeout or a stop gives up on the thread's result; the thread runs on and
-        # sees ctx.cancelled, since Python cannot interrupt a thread.
-        done, _ = await asyncio.wait({future}, timeout=timeout)
-        if not done:
-            ex.ctx._cancel.set()
-            if self.hard_grace is not None:
-                self.overdue.append(Overdue(ex.job.id, future, loop.time() + self.hard_grace))
-            raise TaskTimedOut
-        return future.result()
-
-    def _watch(self, job_id: int, limit: float) -> None:
-        """Tell the supervisor this thread's hard deadline."""
-        assert self.watchdog_fd is not None
-        with contextlib.suppress(OSError):
-            os.write(self.watchdog_fd, f"+{job_id} {time.time() + limit:.3f}\n".encode())
-
-    def _unwatch(self, job_id: int, _: object) -> None:
-        """The thread ended: its deadline no longer holds."""
-        assert self.watchdog_fd is not None
-        with contextlib.suppress(OSError):
-            os.write(self.watchdog_fd, f"-{job_id}\n".encode())
+        return await run_in_thread(self._pool, self.hard, call, [ex.job.id], timeout,
+                                   ex.ctx._cancel.set)
 
     async def execute(self, ex: Execution) -> JobAck | None:
         """Run the job; return its outcome, or None when the lease was lost (no write)."""

@@ -12,7 +12,6 @@ import contextlib
 import dataclasses
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -35,6 +34,8 @@ from .cooldown import Cooldowns
 from .cron import CronScheduler
 from .executor import Execution, Executor
 from .expirer import Expirer
+from .handoff import read_handoff, settle
+from .hardlimit import Watchdog
 from .heartbeat import Heartbeat
 from .leader import LeaderElector
 from .metrics import Metrics
@@ -45,13 +46,11 @@ from .queue_settings import QueueSettings
 from .recycler import Recycler
 from .rescuer import Rescuer
 from .service import Service
+from .signals import install_stop_signals
 from .stager import Stager
 from .vacuumer import VacuumConfig, Vacuumer
 
 log = logging.getLogger("conveyor.worker")
-
-#: The supervisor's watchdog pipe (a file descriptor number), see Executor.watchdog_fd.
-WATCHDOG_ENV = "CONVEYOR_WATCHDOG_FD"
 
 
 def spawn(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -108,7 +107,14 @@ class Worker:
         #: Gathers and runs chunk tasks' jobs; None (and no cost) when no task has chunks.
         self.chunker = (Chunker(ChunkCall(self.executor), self.executor, self._chunk_done)
                         if chunk_tasks(registry.tasks) else None)
-        start = self._start if self.chunker is None else self._start_any
+        start: Callable[[Job, Producer], None] = (
+            self._start if self.chunker is None else self._start_any)
+        #: Under the supervisor with a hard limit: its pipe (see hardlimit), told each lease.
+        self.watchdog = Watchdog.from_env() if config.hard_timeout_grace else None
+        self._handoff = read_handoff() if self.watchdog is not None else None
+        if self.watchdog is not None:
+            self.watchdog.say(f"N{self.node_id}\n")
+            start = self.watchdog.starting(start)
         self.producers = {
             queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,
                             config.fetch_limit, start, self.admission.admit,
@@ -126,13 +132,10 @@ class Worker:
         self._recycle_after = config.max_jobs_per_child
         if (config.max_jobs_per_child or config.max_memory_per_child
                 or config.hard_timeout_grace):
-            self.executor.hard_grace = config.hard_timeout_grace
-            if config.hard_timeout_grace and os.environ.get(WATCHDOG_ENV, "").isdigit():
-                self.executor.watchdog_fd = fd = int(os.environ[WATCHDOG_ENV])
-                with contextlib.suppress(OSError):  # a full pipe never blocks a job
-                    os.set_blocking(fd, False)
+            self.executor.hard.grace = config.hard_timeout_grace
+            self.executor.hard.watchdog = self.watchdog
             self.services.append(Recycler(
-                self.executor.overdue, self.recycle, max_memory=config.max_memory_per_child))
+                self.executor.hard.overdue, self.recycle, max_memory=config.max_memory_per_child))
 
     def _services(self, registry: Registry, observed: ObservedStorage,
                   config: WorkerConfig) -> list[Service]:
@@ -216,7 +219,7 @@ class Worker:
             else:
                 producer.hold(ex.throttle)
         if ack is None:
-            self._executions.pop(ex.job.id, None)
+            self._drop(ex.job.id)
         else:
             self._push(ack)
 
@@ -235,7 +238,7 @@ class Worker:
             else:
                 producer.hold(ex.throttle)
         if ack is None:
-            self._executions.pop(ex.job.id, None)
+            self._drop(ex.job.id)
         else:
             try:
                 if ex.ctx._progress is not None and self.progress.must_flush(ex.ctx._progress):
@@ -252,10 +255,18 @@ class Worker:
         if ack.delay is not None and ack.state is not JobState.AVAILABLE:
             self.stager.stage_in(ack.delay)
 
+    def _drop(self, job_id: int) -> None:
+        """An attempt that ends without an outcome to write (its lease was lost)."""
+        self._executions.pop(job_id, None)
+        if self.watchdog is not None:
+            self.watchdog.settled((job_id,))
+
     def _on_flushed(self, acks: list[JobAck], applied: set[int]) -> None:
         forget = self._executions.pop  # metrics and listeners saw them, in the observed storage
         for ack in acks:
             forget(ack.id, None)
+        if self.watchdog is not None:
+            self.watchdog.settled(ack.id for ack in acks)
         if len(applied) < len(acks):  # applied holds ids of acks only: some were refused
             for ack in acks:
                 if ack.id not in applied:
@@ -313,9 +324,17 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         unsubscribe = self._storage.wake_subscribe(self._on_wake)
-        restore = self._install_signals()
+        restore = install_stop_signals(self.request_stop)
         for service in self.services:
             await service.start()
+        if self._handoff is not None:  # a child killed at a hard time limit: before claims
+            try:
+                for ack in await settle(self._handoff, self._storage, self.executor,
+                                        self._executions):
+                    self._push(ack)
+            except Exception as exc:  # the rescuer brings them back when their leases expire
+                log.error("could not settle the jobs of the killed process: %s", exc)
+            await self.acker.run_once()
         log.info("worker %s started on queues %s", self.node_id, dict(self.config.queues))
         self.started.set()
         try:
@@ -378,31 +397,3 @@ class Worker:
             quiet += 1
             if quiet >= 4:
                 self.request_stop()
-
-    def _install_signals(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        loop = asyncio.get_running_loop()
-        presses = {"n": 0}
-
-        def on_signal(signum: int) -> None:
-            presses["n"] += 1
-            if presses["n"] > 1:  # a second SIGINT or SIGTERM: no more waiting
-                log.warning("second signal: exiting at once")
-                os._exit(128 + signum)
-            self.request_stop()
-
-        installed = []
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                loop.add_signal_handler(sig, on_signal, sig)
-                installed.append(sig)
-            except (NotImplementedError, RuntimeError):
-                pass
-
-        def restore() -> None:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
-        return restore
-

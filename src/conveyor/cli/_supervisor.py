@@ -4,12 +4,15 @@ right after starting), and a prompt exit when sync handlers ignore the stop."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from types import FrameType
@@ -51,12 +54,16 @@ MAX_BACKOFF = 30.0
 #: Exit statuses of a child that could not start (usage, database unreachable, schema
 #: not migrated): on a first start they stop the supervisor, as restarting cannot help.
 STARTUP_FAILURES = frozenset({2, 3, 4})
-#: With a hard time limit, each child tells the supervisor its sync handlers' hard
-#: deadlines through a pipe (this variable names its fd in the child). A child still
-#: alive this many seconds past one (it should have recycled itself: a handler in C code
-#: holding the GIL stops it) is killed with SIGKILL.
+#: With a hard time limit, each child tells the supervisor its leases and its sync
+#: handlers' hard deadlines through a pipe (this variable names its fd in the child; the
+#: protocol is in conveyor._runtime.hardlimit). A child still alive this many seconds
+#: past one (it should have recycled itself: a handler in C code holding the GIL stops
+#: it) is killed with SIGKILL, and its replacement settles its jobs (HANDOFF_ENV).
 WATCHDOG_ENV = "CONVEYOR_WATCHDOG_FD"
+HANDOFF_ENV = "CONVEYOR_WATCHDOG_HANDOFF"
 WATCHDOG_MARGIN = 5.0
+#: Overrides WATCHDOG_MARGIN (seconds): the tests shorten it.
+MARGIN_ENV = "CONVEYOR_WATCHDOG_MARGIN"
 
 
 def _exit_code(returncode: int) -> int:
@@ -87,8 +94,13 @@ class Child:
     restart_at: float | None = None  # a dead child's replacement waits until then
     done: bool = False  # exited 0 (burst) or during a stop: not replaced
     watch_fd: int | None = None  # the watchdog pipe's read end
-    deadlines: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: job -> (hard deadline, soft deadline) of its sync handler's thread (epoch s)
+    deadlines: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
+    #: job -> (lease token, when the supervisor heard of it) of the child's claimed jobs
+    leases: dict[str, tuple[str, float]] = dataclasses.field(default_factory=dict)
+    node: str | None = None
     pending: bytes = b""
+    handoff: bytes | None = None  # what the replacement of a killed child settles
 
 
 class Supervisor:
@@ -97,6 +109,7 @@ class Supervisor:
     def __init__(self, argv: list[str], processes: int, watchdog: bool = False) -> None:
         self.argv = argv
         self.watchdog = watchdog
+        self.margin = float(os.environ.get(MARGIN_ENV) or WATCHDOG_MARGIN)
         self.children = [Child(i) for i in range(processes)]
         self.stopping = False
         self.codes: list[int] = []
@@ -111,43 +124,90 @@ class Supervisor:
         if not self.watchdog:
             child.proc = subprocess.Popen(argv, process_group=0)
         else:
-            if child.watch_fd is not None:
-                os.close(child.watch_fd)
-            read, write = os.pipe()
-            os.set_blocking(read, False)
-            try:
-                child.proc = subprocess.Popen(argv, process_group=0, pass_fds=(write,),
-                                              env={**os.environ, WATCHDOG_ENV: str(write)})
-            finally:
-                os.close(write)
-            child.watch_fd, child.deadlines, child.pending = read, {}, b""
+            self._start_watched(child, argv)
         child.started, child.restart_at = time.monotonic(), None
 
-    def watch(self, child: Child) -> None:
-        """Read the child's hard deadlines; kill it when one is long past."""
-        if child.watch_fd is None or child.proc is None:
-            return
+    def _start_watched(self, child: Child, argv: list[str]) -> None:
+        """Start the child with a fresh watchdog pipe, and the handoff of the child it
+        replaces (killed at a hard time limit) in an unlinked file, if any."""
+        if child.watch_fd is not None:
+            os.close(child.watch_fd)
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        env, fds = {**os.environ, WATCHDOG_ENV: str(write)}, [write]
+        with contextlib.ExitStack() as files:
+            if child.handoff is not None:
+                handoff = files.enter_context(tempfile.TemporaryFile())
+                handoff.write(child.handoff)
+                handoff.flush()
+                env[HANDOFF_ENV] = str(handoff.fileno())
+                fds.append(handoff.fileno())
+            try:
+                child.proc = subprocess.Popen(argv, process_group=0, pass_fds=fds, env=env)
+            finally:
+                os.close(write)
+        child.watch_fd, child.pending, child.handoff = read, b"", None
+        child.deadlines, child.leases, child.node = {}, {}, None
+
+    def _read(self, child: Child) -> None:
+        """Take in the lines the child wrote (see conveyor._runtime.hardlimit)."""
+        assert child.watch_fd is not None
         try:
             while chunk := os.read(child.watch_fd, 65536):
                 child.pending += chunk
         except BlockingIOError:
             pass
         *lines, child.pending = child.pending.split(b"\n")
-        for line in lines:
-            text = line.decode(errors="replace")
-            if text.startswith("+") and " " in text:
-                job, _, deadline = text[1:].partition(" ")
-                child.deadlines[job] = float(deadline)
-            elif text.startswith("-"):
-                child.deadlines.pop(text[1:], None)
         now = time.time()
-        late = sorted(j for j, d in child.deadlines.items() if d + WATCHDOG_MARGIN < now)
+        for line in lines:
+            kind, text = line[:1], line[1:].decode(errors="replace")
+            fields = text.split()
+            if kind == b"=" and len(fields) == 2:
+                child.leases[fields[0]] = (fields[1], now)
+            elif kind == b"~":
+                for job in fields:
+                    child.leases.pop(job, None)
+            elif kind == b"+" and len(fields) >= 2:
+                hard = float(fields[1])
+                child.deadlines[fields[0]] = (hard, float(fields[2]) if len(fields) > 2 else hard)
+            elif kind == b"-":
+                child.deadlines.pop(text, None)
+            elif kind == b"N":
+                child.node = text
+
+    def watch(self, child: Child) -> None:
+        """Read the child's leases and hard deadlines; kill it when one is long past."""
+        if child.watch_fd is None or child.proc is None:
+            return
+        self._read(child)
+        now = time.time()
+        late = sorted(j for j, (hard, _) in child.deadlines.items() if hard + self.margin < now)
         if late and child.proc.poll() is None:
             log.error("worker child %d (pid %d) did not recycle itself with job(s) %s past "
                       "their hard time limit: killing it", child.index, child.proc.pid,
                       ", ".join(late))
             child.proc.kill()
-            child.deadlines.clear()
+            child.handoff = self._handoff(child, child.proc.pid, time.time())
+
+    @staticmethod
+    def _handoff(child: Child, pid: int, now: float) -> bytes:
+        """The killed child's jobs for its replacement: those past their soft timeout
+        fail with TaskTimedOut, the others go back without using an attempt."""
+        timed_out: list[tuple[int, int, float]] = []
+        given_back: list[tuple[int, int, float]] = []
+        for job, (token, seen) in child.leases.items():
+            if not (job.isdigit() and token.lstrip("-").isdigit()):
+                continue
+            entry = (int(job), int(token), seen)
+            deadline = child.deadlines.get(job)
+            (timed_out if deadline is not None and deadline[1] <= now else given_back).append(entry)
+        log.warning("its replacement will fail %d job(s) of pid %d past their timeout with "
+                    "TaskTimedOut and give %d other(s) back without using an attempt",
+                    len(timed_out), pid, len(given_back))
+        child.deadlines.clear()
+        child.leases.clear()
+        return json.dumps({"pid": pid, "node": child.node, "killed_at": now,
+                           "timed_out": timed_out, "given_back": given_back}).encode()
 
     def forward(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True
@@ -180,6 +240,13 @@ class Supervisor:
             self.forward(signal.SIGTERM, None)
             return
         child.restarts += 1
+        if child.handoff is not None:  # killed by the watchdog: not a crash
+            log.warning("worker child %d (pid %d) killed at a hard time limit after %.1fs "
+                        "(%s); starting a replacement", child.index, proc.pid, lived,
+                        describe_exit(rc))
+            child.last_death, child.fast_deaths = "hard-time-limit", 0
+            self.start(child)
+            return
         if rc == RECYCLE_EXIT:
             log.info("worker child %d (pid %d) recycled itself after %.1fs; starting a "
                      "replacement", child.index, proc.pid, lived)

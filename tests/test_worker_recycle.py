@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -410,3 +411,31 @@ def test_a_handoff_is_settled_fenced_on_each_lease_token(tasks: Conveyor) -> Non
     assert given is not None and given.state is JobState.AVAILABLE and given.attempt == 0
     assert other is not None and other.state is JobState.RUNNING and other.errors == []
     assert done is not None and done.state is JobState.COMPLETED
+
+
+@pytest.mark.parametrize("watchdog", [False, True], ids=["plain", "watchdog"])
+def test_children_stop_when_the_supervisor_is_killed(
+        run: Run, tasks: Conveyor, wait_for: WaitFor, watchdog: bool) -> None:
+    """SIGKILL to the supervisor (no chance to forward anything): its children drain and
+    exit on their own (PR_SET_PDEATHSIG) instead of running on unsupervised, and their
+    nodes leave the cluster."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("parent-death signals are a Linux feature")
+    run.start("--processes", "2", *(("--hard-timeout-grace", "5") if watchdog else ()))
+    nodes = wait_for(lambda: len(tasks.list_nodes()) == 2 and tasks.list_nodes(), DEADLINE,
+                     message=run.output())
+    assert nodes and run.proc is not None
+    children = [n.pid for n in nodes]
+    assert all(_alive(pid) for pid in children)
+    run.proc.kill()
+    run.proc.wait(30)
+    try:
+        wait_for(lambda: not any(_alive(pid) for pid in children), DEADLINE,
+                 message=f"children {children} outlived their supervisor\n{run.output()}")
+    finally:  # by pid: no orphan left to the next test, whatever happened
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not tasks.list_nodes(), DEADLINE, message=run.output())
+    job = tasks.tasks["count"].enqueue().id
+    assert tasks.get_job(job).state == JobState.AVAILABLE  # type: ignore[union-attr]

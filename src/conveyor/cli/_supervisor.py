@@ -5,6 +5,7 @@ right after starting), and a prompt exit when sync handlers ignore the stop."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import json
 import logging
@@ -60,10 +61,37 @@ STARTUP_FAILURES = frozenset({2, 3, 4})
 #: past one (it should have recycled itself: a handler in C code holding the GIL stops
 #: it) is killed with SIGKILL, and its replacement settles its jobs (HANDOFF_ENV).
 WATCHDOG_ENV = "CONVEYOR_WATCHDOG_FD"
+#: The supervisor's pid, given to each child (``follow_supervisor``).
+PARENT_ENV = "CONVEYOR_SUPERVISOR_PID"
+#: Linux's prctl option: the signal this process gets when its parent dies.
+PR_SET_PDEATHSIG = 1
 HANDOFF_ENV = "CONVEYOR_WATCHDOG_HANDOFF"
 WATCHDOG_MARGIN = 5.0
 #: Overrides WATCHDOG_MARGIN (seconds): the tests shorten it.
 MARGIN_ENV = "CONVEYOR_WATCHDOG_MARGIN"
+
+
+def follow_supervisor() -> bool:
+    """In a supervised child: stop as on SIGTERM (stop claiming, finish or give back the
+    running jobs) when the supervisor dies, even by SIGKILL, instead of running on
+    unsupervised. The children have process groups of their own (so a terminal's Ctrl-C
+    reaches them once, through the supervisor), so nothing else would stop them.
+
+    Linux only (``prctl(PR_SET_PDEATHSIG)``); elsewhere returns False and a child
+    outlives a killed supervisor. A supervisor that died before the call is caught by
+    comparing the parent pid."""
+    parent = os.environ.pop(PARENT_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != int(parent):  # it died between our start and the prctl
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
 
 
 def _exit_code(returncode: int) -> int:
@@ -122,7 +150,8 @@ class Supervisor:
             if child.last_death:
                 argv += ["--label", f"conveyor.last-death={child.last_death}"]
         if not self.watchdog:
-            child.proc = subprocess.Popen(argv, process_group=0)
+            child.proc = subprocess.Popen(argv, process_group=0,
+                                          env={**os.environ, PARENT_ENV: str(os.getpid())})
         else:
             self._start_watched(child, argv)
         child.started, child.restart_at = time.monotonic(), None
@@ -134,7 +163,8 @@ class Supervisor:
             os.close(child.watch_fd)
         read, write = os.pipe()
         os.set_blocking(read, False)
-        env, fds = {**os.environ, WATCHDOG_ENV: str(write)}, [write]
+        env = {**os.environ, WATCHDOG_ENV: str(write), PARENT_ENV: str(os.getpid())}
+        fds = [write]
         with contextlib.ExitStack() as files:
             if child.handoff is not None:
                 handoff = files.enter_context(tempfile.TemporaryFile())

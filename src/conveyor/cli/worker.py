@@ -24,7 +24,7 @@ from .._routing import check_task_filter
 from ._base import EPILOG, PROCESS, common_options, run_async
 from ._loading import open_app
 from ._logging import LOG_LEVELS, configure_logging
-from ._supervisor import RECYCLE_EXIT, exit_if_handlers_linger, supervise
+from ._supervisor import RECYCLE_EXIT, exit_if_handlers_linger, follow_supervisor, supervise
 
 #: WorkerConfig fields with their own hand-written options (-q/-c, --burst, --label,
 #: --tasks).
@@ -293,6 +293,8 @@ def worker(app_arg: str | None, queue_specs: tuple[str, ...], all_queues: bool,
     if processes > 1 or (recycles and not supervised_child):
         sys.exit(supervise(child_argv(app_path, url, opts), processes,
                            watchdog=bool(settings.get("hard_timeout_grace"))))
+    if supervised_child:
+        follow_supervisor()
     tune_gc()
     recycled = run_async(app, lambda: app.run_worker(config.queues, config=config))
     code = RECYCLE_EXIT if recycled else 0

@@ -50,63 +50,74 @@ WHERE h.priority IS NOT NULL;
 -- name: job_fetch_available_fair_one
 -- The whole fair claim in one statement, for a claimer without labels or task filter
 -- while its queue has no keyless jobs to look for (fair.py): the plan of fairness.py
--- in SQL, for the keys at the top priority. The keys' rows are locked first (FOR
--- UPDATE reads their latest virtual times, whatever the statement's snapshot), so
--- fair claims of a queue take turns; a job another claim took meanwhile is skipped by
--- the LATERAL's FOR UPDATE (its state is read again).
-WITH RECURSIVE k(fair_key) AS (
-    SELECT (SELECT fair_key FROM conveyor_jobs
-            WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
-            ORDER BY fair_key LIMIT 1)
+-- in SQL, for the keys at the top priority. The rows of the keys with work are locked
+-- first, in key order (FOR UPDATE reads their latest virtual times, whatever the
+-- statement's snapshot), so fair claims of a queue take turns; a job another claim
+-- took meanwhile is skipped by the LATERAL's FOR UPDATE (its state is read again).
+-- Its plan is the same whatever the values (the limit is read through a sub-SELECT,
+-- so no estimate depends on it): PostgreSQL keeps the prepared statement's generic
+-- plan instead of planning it again at every claim (half its cost, measured). The
+-- claimed ids reach the UPDATE as an array (= ANY: by the primary key), not through a
+-- join: estimated at a tenth of a key's backlog (LIMIT q.n), a join was a hash of the
+-- whole table at every claim once the table had statistics.
+-- k: the keys with available work, each with its next job (priority, scheduled_at,
+-- id: the first entry of its range in the fair index): a skip scan, one probe per key.
+-- Each key's jobs are then taken from that job on, (scheduled_at, id) >= its own: the
+-- range starts past the entries of jobs claimed before (dead, walked once, by the
+-- probe), and a plan on the queue's plain index (a table without statistics yet ties
+-- the two) walks from that job, not across the whole backlog of the keys before it.
+WITH RECURSIVE k(fair_key, priority, scheduled_at, id) AS (
+    (SELECT fair_key, priority, scheduled_at, id FROM conveyor_jobs
+     WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
+     ORDER BY fair_key, priority DESC, scheduled_at, id LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.fair_key FROM conveyor_jobs AS j
-            WHERE j.state = 'available' AND j.queue = %(queue)s::text AND j.fair_key IS NOT NULL
-              AND j.fair_key > k.fair_key
-            ORDER BY j.fair_key LIMIT 1)
-    FROM k WHERE k.fair_key IS NOT NULL
+    SELECT n.fair_key, n.priority, n.scheduled_at, n.id
+    FROM k CROSS JOIN LATERAL (
+        SELECT j.fair_key, j.priority, j.scheduled_at, j.id FROM conveyor_jobs AS j
+        WHERE j.state = 'available' AND j.queue = %(queue)s::text AND j.fair_key IS NOT NULL
+          AND j.fair_key > k.fair_key
+        ORDER BY j.fair_key, j.priority DESC, j.scheduled_at, j.id LIMIT 1
+    ) AS n
 ), f AS (
     SELECT fair_key, weight, vtime FROM conveyor_fair_keys
-    WHERE queue = %(queue)s::text
+    WHERE queue = %(queue)s::text AND fair_key = ANY(ARRAY(SELECT fair_key FROM k))
+    ORDER BY fair_key  -- locked in key order by every claim: no deadlock
     FOR UPDATE
 ), w AS (
-    SELECT k.fair_key,
-           (SELECT j.priority FROM conveyor_jobs AS j
-            WHERE j.state = 'available' AND j.queue = %(queue)s::text
-              AND j.fair_key IS NOT NULL AND j.fair_key = k.fair_key
-            ORDER BY j.priority DESC LIMIT 1) AS priority,
+    SELECT k.fair_key, k.priority, k.scheduled_at, k.id,
            coalesce(f.weight, 1.0) AS weight, coalesce(f.vtime, 0.0) AS vtime
     FROM k LEFT JOIN f ON f.fair_key = k.fair_key
-    WHERE k.fair_key IS NOT NULL
 ), s AS (
-    SELECT fair_key, priority, weight,
+    SELECT fair_key, priority, scheduled_at, id, weight,
            greatest(vtime, (SELECT max(vtime) FROM w) - 1.0) AS start
     FROM w
     WHERE priority = (SELECT max(priority) FROM w)
     ORDER BY greatest(vtime, (SELECT max(vtime) FROM w) - 1.0) + 1.0 / weight, fair_key
-    LIMIT %(limit)s
+    LIMIT (SELECT %(limit)s::integer)
 ), q AS (
-    SELECT t.fair_key, min(t.priority) AS priority, min(t.start) AS start,
-           min(t.weight) AS weight, count(*)::integer AS n
-    FROM (SELECT s.* FROM s CROSS JOIN generate_series(1, %(limit)s) AS g(n)
+    SELECT t.fair_key, min(t.priority) AS priority, min(t.scheduled_at) AS scheduled_at,
+           min(t.id) AS id, min(t.start) AS start, min(t.weight) AS weight,
+           count(*)::integer AS n
+    FROM (SELECT s.* FROM s CROSS JOIN generate_series(1, (SELECT %(limit)s::integer)) AS g(n)
           ORDER BY s.start + g.n / s.weight, s.fair_key
-          LIMIT %(limit)s) AS t
+          LIMIT (SELECT %(limit)s::integer)) AS t
     GROUP BY t.fair_key
 ), claimed AS (
     UPDATE conveyor_jobs AS j
     {job_claim_lease}
-    FROM (
+    WHERE j.id = ANY(ARRAY(
         SELECT c.id
         FROM q CROSS JOIN LATERAL (
             SELECT id FROM conveyor_jobs
             WHERE state = 'available' AND queue = %(queue)s::text AND fair_key IS NOT NULL
               AND fair_key = q.fair_key AND priority = q.priority
+              AND (scheduled_at, id) >= (q.scheduled_at, q.id)
               AND requires IS NULL  -- routed: job_claim_route (schema.routed_claims)
             ORDER BY priority DESC, scheduled_at, id
             LIMIT q.n
             FOR UPDATE SKIP LOCKED
         ) AS c
-    ) AS p
-    WHERE j.id = p.id
+    ))
     RETURNING {claim_columns}
 ), served AS (
     INSERT INTO conveyor_fair_keys (queue, fair_key, vtime)
@@ -122,11 +133,12 @@ SELECT * FROM claimed;
 -- Each key's next jobs at one priority (parallel arrays of keys, counts, and the
 -- plan's start and weight per key), in one statement: a LATERAL probe of the fair
 -- index per key; the served keys' new virtual times (start + jobs / weight) are
--- written by the same statement, so that COMMIT can follow it in one round trip.
+-- written by the same statement, so that COMMIT can follow it in one round trip. The
+-- ids reach the UPDATE as an array, as in job_fetch_available_fair_one.
 WITH claimed AS (
     UPDATE conveyor_jobs AS j
     {job_claim_lease}
-    FROM (
+    WHERE j.id = ANY(ARRAY(
         SELECT c.id
         FROM unnest(%(fair_key)s::text[], %(limit)s::integer[]) AS k(fair_key, n)
         CROSS JOIN LATERAL (
@@ -138,8 +150,7 @@ WITH claimed AS (
             LIMIT k.n
             FOR UPDATE SKIP LOCKED
         ) AS c
-    ) AS p
-    WHERE j.id = p.id
+    ))
     RETURNING {claim_columns}
 ), served AS (
     INSERT INTO conveyor_fair_keys (queue, fair_key, vtime)

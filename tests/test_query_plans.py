@@ -75,6 +75,10 @@ WHOLE_READS: dict[str, Whole] = {
         "those whose job is gone; each job is probed by id",
         sqlite={"conveyor_job_edits_job_idx"},
         postgres={"conveyor_job_edits_job_idx", "conveyor_job_edits_pkey"}),
+    "fair_key_prune": whole(
+        "the pruner's pass over fair keys' rows (one per key ever served, few once pruned) "
+        "for idle default-weight ones; each key's waiting jobs probed in the fair index",
+        sqlite={"conveyor_fair_keys"}, postgres={"conveyor_fair_keys_pkey"}),
     "job_count_running_by_node": whole(
         "counts every running job per node: the whole (small) partial index of running rows",
         sqlite={"conveyor_jobs_lease_idx"}, postgres={"conveyor_jobs_lease_idx"}),
@@ -255,6 +259,9 @@ def test_sqlite_statements_read_index_ranges(tmp_path: Path) -> None:
                 # history: the archiver's pick, id lookups and searches through the view
                 "job_archive_pick", "job_get", "job_search", "job_history_prune"):
         assert hot in plans and found[hot] == set(), (hot, plans.get(hot))
+    # the fair-key pruner probes each key's waiting jobs in the fair index
+    assert any("conveyor_jobs_fair_idx (queue=? AND fair_key=?)" in line
+               for line in plans["fair_key_prune"]), plans["fair_key_prune"]
     _compare("sqlite", found, plans)
 
 
@@ -358,6 +365,11 @@ def test_postgres_statements_read_index_ranges(plan_db: str) -> None:
                 "job_history_restore", "job_purge_pick"):
         assert found[hot] == set(), (hot, plans[hot])
     assert any("conveyor_jobs_history" in line and "id_idx" in line for line in plans["job_get"])
+    # the fair-key pruner probes each key's waiting jobs in the fair index, by its key
+    # (a join filter over the index, as an anti-join was planned once, would walk it whole)
+    pruned = "\n".join(plans["fair_key_prune"])
+    assert "using conveyor_jobs_fair_idx on conveyor_jobs j" in pruned, pruned
+    assert "Index Cond: ((queue = f.queue) AND (fair_key = f.fair_key))" in pruned, pruned
     _compare("postgres", found, plans)
 
 

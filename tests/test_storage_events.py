@@ -58,6 +58,7 @@ SILENT_WRITES: dict[str, str] = {
 
 NO_JOB_WRITES = frozenset({
     "job_edit_list", "job_count_requiring", "fair_key_list", "fair_weight_set", "job_fair_pending",
+    "fair_key_prune",  # forgets idle fair keys: their own table, no job
     # connection, schema, capabilities, subscriptions
     "capabilities", "open", "close", "schema_pending", "migrate", "db_health",
     "wake_subscribe", "finish_subscribe", "table_dead_rows", "table_vacuum",

@@ -5,7 +5,10 @@ a shorter retention allows.
 
 A queue may have a retention of its own (``app.set_queue_retention``, live): its jobs
 are pruned in a pass of their own, with its ages; every other queue's in one pass with
-the worker's ``completed_retention``/``discarded_retention``."""
+the worker's ``completed_retention``/``discarded_retention``.
+
+It also forgets idle fair keys (``fair_key_prune``): every claim that serves a key
+upserts its row, so a key per tenant or user would otherwise leave a row forever."""
 
 from __future__ import annotations
 
@@ -37,7 +40,23 @@ class Pruner(Service):
         total = await prune_passes(self._storage, passes, max_batches=100)
         if total:
             log.info("pruned %d finished job(s)", total)
+        forgotten = await prune_fair_keys(self._storage, self._params.limit, max_batches=100)
+        if forgotten:
+            log.info("forgot %d idle fair key(s)", forgotten)
         return total
+
+
+async def prune_fair_keys(storage: Storage, limit: int, max_batches: int) -> int:
+    """Forget idle default-weight fair keys in batches of ``limit`` until one comes back
+    short (or ``max_batches``: the next run goes on); how many were forgotten. A batch is
+    a short transaction of its own, so claims wait on none for long."""
+    total = 0
+    for _ in range(max_batches):
+        deleted = await storage.fair_key_prune(limit)
+        total += deleted
+        if deleted < limit:
+            break
+    return total
 
 
 async def prune_passes(storage: Storage, passes: list[JobPruneParams],

@@ -48,3 +48,8 @@ class FairStorage(CompositionStorage):
         rows = await self._read("fair_key_list", {"queue": queue, "limit": limit})
         return [FairKeyRow(r["queue"], r["fair_key"], int(r["waiting"]), float(r["weight"]),
                            float(r["vtime"])) for r in rows if r["fair_key"] != PLAIN]
+
+    async def fair_key_prune(self, limit: int) -> int:
+        """One batch of ``fair_key_prune``: rows of keys served once and idle now, which
+        the claims would otherwise keep forever (a key per tenant or user churns)."""
+        return len(await self._write("fair_key_prune", {"limit": limit}))

@@ -232,6 +232,10 @@ class Storage(Protocol):
     async def fair_key_list(self, queue: str, *, limit: int = 1000) -> list[FairKeyRow]:
         """A queue's fair keys with waiting jobs or a weight, by key."""
 
+    async def fair_key_prune(self, limit: int) -> int:
+        """Forget up to ``limit`` idle fair keys (default weight, no available job: a
+        returning key starts level with the others as if it had a row); how many."""
+
     async def queue_cooldown_raise(self, params: QueueCooldownRaiseParams) -> QueueCooldownRow:
         """Start or grow the queue's cluster-wide cool-down; returns it as it now is."""
 

@@ -219,3 +219,30 @@ WHERE f.fair_key <> '' AND f.queue = %(queue)s::text
                     AND j.fair_key IS NOT NULL AND j.fair_key = f.fair_key)
 ORDER BY 1, 2
 LIMIT %(limit)s;
+
+-- name: fair_key_prune
+-- The pruner's batch of idle keys (docs/flow-control.md "Fair keys"): rows at the default
+-- weight (an operator's weight is configuration, kept) whose key has no available job.
+-- Forgetting one loses no turn: a key without a row starts at greatest(0, the busiest
+-- key's vtime - 1), level with the keys that have work, as a long-idle key does (only
+-- an old vtime beyond that, left from before the queue last ran dry, is forgiven: the
+-- key starts level, as a new key). The key '' (a queue's keyless jobs: one row per fair
+-- queue, not per key) is kept: no index tells cheaply whether a queue has keyless jobs
+-- waiting. Each row's key is probed in
+-- the fair index (a scalar sub-SELECT, LIMIT 1: never planned as a join that would walk
+-- the whole index). SKIP LOCKED: a row a claim holds (it locks the keys with work, in
+-- key order) is left for the next pass; the pruner waits on no row lock, so it is never
+-- in a deadlock with a claim. The rows are deleted by their ctid, as locked (a TID scan).
+-- A claim that serves a key after its row went upserts it again.
+DELETE FROM conveyor_fair_keys
+WHERE ctid = ANY(ARRAY(
+    SELECT f.ctid FROM conveyor_fair_keys AS f
+    WHERE f.weight = 1.0 AND f.fair_key <> ''
+      AND (SELECT 1 FROM conveyor_jobs AS j
+           WHERE j.state = 'available' AND j.queue = f.queue
+             AND j.fair_key IS NOT NULL AND j.fair_key = f.fair_key
+           LIMIT 1) IS NULL
+    ORDER BY f.queue, f.fair_key
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))
+RETURNING fair_key;

@@ -118,3 +118,23 @@ WHERE f.fair_key <> '' AND f.queue = :queue
                     AND j.fair_key IS NOT NULL AND j.fair_key = f.fair_key)
 ORDER BY 1, 2
 LIMIT :limit;
+
+-- name: fair_key_prune
+-- The pruner's batch of idle keys (docs/flow-control.md "Fair keys"): rows at the default
+-- weight (an operator's weight is configuration, kept) whose key has no available job
+-- (a probe of the fair index per row: the index's WHERE terms repeated). Forgetting one
+-- loses no turn: a key without a row starts at max(0, the busiest key's vtime - 1), level
+-- with the keys that have work, as a long-idle key does (only an old vtime beyond that,
+-- left from before the queue last ran dry, is forgiven: the key starts level, as a new
+-- key). The key '' (a queue's keyless jobs: one row per fair queue, not per key) is
+-- kept: no index tells cheaply whether a queue has keyless jobs waiting. The write
+-- transaction takes turns with the claims'; a claim that serves a key after its row
+-- went inserts it again.
+DELETE FROM conveyor_fair_keys WHERE rowid IN (
+    SELECT f.rowid FROM conveyor_fair_keys AS f
+    WHERE f.weight = 1.0 AND f.fair_key <> ''
+      AND NOT EXISTS (SELECT 1 FROM conveyor_jobs AS j
+                      WHERE j.state = 'available' AND j.queue = f.queue
+                        AND j.fair_key IS NOT NULL AND j.fair_key = f.fair_key)
+    LIMIT :limit)
+RETURNING fair_key;

@@ -48,6 +48,9 @@ def _cases() -> dict[str, AbCase]:
             out.append(AbCase(f"e2e_{backend}_c{c}", backend, 20_000, "jobs/s",
                               f"burn-down of 20,000 no-op jobs, one worker at concurrency {c}"
                               " (bench/w_burndown.py)"))
+        out.append(AbCase(f"peers_e2e_{backend}", backend, 20_000, "jobs/s",
+                          "20,000 pre-enqueued no-op jobs drained by app.run_worker at "
+                          "concurrency 100 in process (bench/peers/run_conveyor.py e2e)"))
         out.append(AbCase(f"enqueue_many_{backend}", backend, 50_000, "jobs/s",
                           "50,000 jobs through enqueue_many in batches of 1,000 "
                           "(bench/w_enqueue.py bulk)"))
@@ -79,6 +82,8 @@ def _runner(case: AbCase) -> Callable[[Any, int], dict[str, Any]]:
     drive fails at this import, which the caller reports)."""
     from . import w_burndown, w_enqueue
 
+    if case.name.startswith("peers_e2e_"):
+        return lambda target, jobs: _peers_e2e(case, target, jobs)
     if case.name.startswith("e2e_"):
         concurrency = int(case.name.rsplit("_c", 1)[1])
         return lambda target, jobs: w_burndown.burndown(target, jobs, concurrency)
@@ -90,6 +95,18 @@ def _runner(case: AbCase) -> Callable[[Any, int], dict[str, Any]]:
         producers = int(case.name.rsplit("_p", 1)[1])
         return lambda target, jobs: w_enqueue.single_async(target, jobs, producers)
     raise KeyError(case.name)
+
+
+def _peers_e2e(case: AbCase, target: Any, jobs: int) -> dict[str, Any]:
+    """The peers' end-to-end workload, run as ``bench.peers`` runs it for Conveyor."""
+    import asyncio
+
+    from .peers import run_conveyor
+
+    target.reset()
+    config = {"backend": case.backend, "workdir": str(target.workdir), "jobs": jobs,
+              "pg_url": target.url}
+    return asyncio.run(run_conveyor.e2e(config))
 
 
 def run_case(case: AbCase, jobs: int, url: str, workdir: Path) -> dict[str, Any]:

@@ -6,7 +6,6 @@ issue asks for 0.8."""
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Iterator
 
 import psycopg
@@ -15,8 +14,7 @@ from psycopg import sql as pgsql
 
 from conveyor._storage import load_queries
 
-from . import _pg
-from .conftest import migrate
+from .test_query_plans import filled_database
 
 pytestmark = pytest.mark.postgres
 
@@ -36,20 +34,7 @@ _VALUES = {"queue": "fair", "limit": 50, "owner": "w", "lease_ttl": 30.0, "looka
 @pytest.fixture
 def fair_db(postgres_admin_url: str) -> Iterator[str]:
     """A database of its own (its statistics are the test's), migrated, filled, analyzed."""
-    name = f"conveyor_fair_plans_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-        conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
-    url = _pg.with_database(postgres_admin_url, name)
-    try:
-        migrate(url)
-        with psycopg.connect(url, autocommit=True) as conn:
-            for statement in _FAIR_FILL.split(";"):
-                conn.execute(statement)
-        yield url
-    finally:
-        with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
-            conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                pgsql.Identifier(name)))
+    yield from filled_database(postgres_admin_url, "conveyor_fair_plans", _FAIR_FILL)
 
 
 @pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])

@@ -297,23 +297,29 @@ ANALYZE
 """
 
 
-@pytest.fixture
-def plan_db(postgres_admin_url: str) -> Iterator[str]:
-    """A database of its own (ANALYZE's row counts outlive a rollback), filled and analyzed."""
-    name = f"conveyor_plans_{secrets.token_hex(4)}"
-    with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+def filled_database(admin_url: str, prefix: str, fill: str) -> Iterator[str]:
+    """A database of its own (ANALYZE's row counts outlive a rollback, and its statistics
+    are the test's), migrated, then ``fill`` run statement by statement; dropped after."""
+    name = f"{prefix}_{secrets.token_hex(4)}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
-    url = _pg.with_database(postgres_admin_url, name)
+    url = _pg.with_database(admin_url, name)
     try:
         migrate(url)
         with psycopg.connect(url, autocommit=True) as conn:
-            for statement in _FILL.split(";"):
+            for statement in fill.split(";"):
                 conn.execute(statement)
         yield url
     finally:
-        with psycopg.connect(postgres_admin_url, autocommit=True) as conn:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
             conn.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 pgsql.Identifier(name)))
+
+
+@pytest.fixture
+def plan_db(postgres_admin_url: str) -> Iterator[str]:
+    """Every table filled as a busy cluster's would be, and analyzed."""
+    yield from filled_database(postgres_admin_url, "conveyor_plans", _FILL)
 
 
 #: Statements PostgreSQL cannot explain (COPY writes rows and reads none), checked to be

@@ -74,7 +74,15 @@ def test_jobs_list_says_how_many_matched(app: Conveyor, db_url: str, tmp_path: P
     args = ["jobs", "list", "--queue", "default", "--url", db_url]
     proc = run_piped(tmp_path, *args, *(["--limit", limit] if limit else []))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.rstrip().splitlines()[-1].strip() == expected, proc.stdout[-300:]
+    assert _summary(proc.stdout) == expected, proc.stdout[-300:]
+    # a page cut by --limit says how to list the older jobs; the whole list does not
+    assert ("older jobs: --before-id" in proc.stdout) == (limit is None), proc.stdout[-300:]
+
+
+def _summary(out: str) -> str:
+    """The "N of M job(s)" line: the last one, or the one before "older jobs: ..."."""
+    lines = [line.strip() for line in out.rstrip().splitlines()]
+    return lines[-2] if lines[-1].startswith("older jobs: --before-id") else lines[-1]
 
 
 def test_the_total_follows_every_filter(app: Conveyor, db_url: str, tmp_path: Path) -> None:
@@ -90,5 +98,4 @@ def test_the_total_follows_every_filter(app: Conveyor, db_url: str, tmp_path: Pa
     proc = run_piped(tmp_path, "jobs", "list", "--task", noop.name, "--state", "available",
                      "--limit", "3", "--url", db_url)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.rstrip().splitlines()[-1].strip() == (
-        "3 of 7 job(s), newest first (--limit)"), proc.stdout
+    assert _summary(proc.stdout) == "3 of 7 job(s), newest first (--limit)", proc.stdout

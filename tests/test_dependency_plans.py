@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import datetime
 
 import psycopg
 import pytest
@@ -44,17 +45,20 @@ SCANS = ("SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes"
 
 
 @pytest.fixture
-def pg_wf(postgres_db_url: str) -> Iterator[tuple[str, WorkflowTasks]]:
+def pg_wf(postgres_db_url: str) -> Iterator[tuple[str, WorkflowTasks, datetime]]:
     """The workflow tasks on the session's database, with autovacuum off for the jobs
     and edges tables during the test: an automatic ANALYZE would replace the statistics under test
-    (and hide the fault rather than show it)."""
+    (and hide the fault rather than show it). Also the database's time before the app
+    opened any connection (``published_count`` waits only for connections since)."""
     truncate_conveyor_tables(postgres_db_url)
     with psycopg.connect(postgres_db_url, autocommit=True) as conn:
         for table in QUIET:
             conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
+        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        assert row is not None
     tasks = build(postgres_db_url)
     try:
-        yield postgres_db_url, tasks
+        yield postgres_db_url, tasks, row[0]
     finally:
         tasks.app.close()
         with psycopg.connect(postgres_db_url, autocommit=True) as conn:
@@ -74,15 +78,24 @@ def analyze_without_pending_rows(url: str) -> None:
         conn.execute("DELETE FROM conveyor_jobs")
 
 
-def published_count(url: str, query: str, wait_for: WaitFor) -> int:
+def published_count(url: str, query: str, wait_for: WaitFor, since: datetime) -> int:
     """``query`` (one number from the statistics views) once every other backend of the
-    database has exited (a backend publishes its counts at exit at the latest)."""
+    database opened ``since`` (the test's app's) has exited (a backend publishes its
+    counts at exit at the latest). A connection older than the test is another test's
+    business (a fixture's pool, a PgBouncer's server connection): not waited on."""
+    others = ("SELECT pid, application_name, state, backend_start FROM pg_stat_activity"
+              " WHERE datname = current_database() AND backend_type = 'client backend'"
+              " AND pid <> pg_backend_pid() AND backend_start >= %s")
+    left: list[tuple[object, ...]] = []
     with psycopg.connect(url, autocommit=True) as conn:
-        wait_for(lambda: conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND backend_type = 'client backend'"
-            " AND pid <> pg_backend_pid()").fetchone() == (0,),
-            timeout=30, message="the app's connections to close")
+        def closed() -> bool:
+            left[:] = conn.execute(others, (since,)).fetchall()
+            return not left
+
+        try:
+            wait_for(closed, timeout=30, message="the app's connections to close")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; still open: {left}") from None
         conn.execute("SELECT pg_stat_clear_snapshot()")
         row = conn.execute(query).fetchone()
         assert row is not None
@@ -129,9 +142,9 @@ async def complete_everything(url: str) -> int:
 
 
 def test_dependents_are_reached_by_id_on_statistics_without_pending_rows(
-    pg_wf: tuple[str, WorkflowTasks], wait_for: WaitFor
+    pg_wf: tuple[str, WorkflowTasks, datetime], wait_for: WaitFor
 ) -> None:
-    url, tasks = pg_wf
+    url, tasks, since = pg_wf
     analyze_without_pending_rows(url)
     run = tasks.app.enqueue_workflow(dag(tasks))
     batches = [tasks.app.batch([tasks.step.job(f"b{b}.{m}") for m in range(MEMBERS)],
@@ -139,9 +152,9 @@ def test_dependents_are_reached_by_id_on_statistics_without_pending_rows(
                                on_complete=tasks.step.job(f"b{b}.complete"))
                for b in range(BATCHES)]
     tasks.app.close()
-    before = published_count(url, SCANS, wait_for)
+    before = published_count(url, SCANS, wait_for, since)
     assert asyncio.run(complete_everything(url)) == LAYERS * WIDTH + BATCHES * (MEMBERS + 2)
-    scans = published_count(url, SCANS, wait_for) - before
+    scans = published_count(url, SCANS, wait_for, since) - before
     assert scans == 0, (
         f"{scans} scans of conveyor_jobs_state_idx while completing {LAYERS * WIDTH} workflow"
         f" jobs and {BATCHES} batches: a dependency lookup left the primary key")
@@ -172,12 +185,12 @@ async def complete(url: str, limit: int, archive: bool = False) -> int:
 
 
 def test_a_fan_in_reads_archived_results_by_id_on_statistics_of_single_edges(
-    pg_wf: tuple[str, WorkflowTasks], wait_for: WaitFor
+    pg_wf: tuple[str, WorkflowTasks, datetime], wait_for: WaitFor
 ) -> None:
     """The release of a fan-in of FAN_IN whose members were archived, on the column
     statistics an earlier load leaves (every job with one dependency; TRUNCATE keeps
     them): each result is read by its id, and no history table is scanned."""
-    url, tasks = pg_wf
+    url, tasks, since = pg_wf
     earlier = Workflow()
     for i in range(500):
         earlier.add(tasks.step.job(f"then.{i}"), depends_on=[earlier.add(tasks.step.job(str(i)))])
@@ -189,9 +202,9 @@ def test_a_fan_in_reads_archived_results_by_id_on_statistics_of_single_edges(
         chord(group(*(tasks.step.job(str(i)) for i in range(FAN_IN))), tasks.collect))
     tasks.app.close()
     assert asyncio.run(complete(url, FAN_IN - 1, archive=True)) == FAN_IN - 1
-    before = published_count(url, HISTORY_SEQ_READS, wait_for)
+    before = published_count(url, HISTORY_SEQ_READS, wait_for, since)
     assert asyncio.run(complete(url, 1)) == 1  # the last member: the release
-    reads = published_count(url, HISTORY_SEQ_READS, wait_for) - before
+    reads = published_count(url, HISTORY_SEQ_READS, wait_for, since) - before
     assert reads == 0, f"the release read {reads:,} history rows by scans, not by id"
     callback = tasks.app.get_job(run.jobs[-1].id)
     assert callback is not None and callback.state is JobState.AVAILABLE

@@ -9,6 +9,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
 DEFAULT_URL = "sqlite:///conveyor.db"
+#: What a supervised worker child finds in its environment, set by ``conveyor worker``'s
+#: supervisor (cli._supervisor) and read by the child (_runtime.hardlimit, .handoff): its
+#: watchdog pipe's file descriptor, and the handoff file's of the child it replaces.
+WATCHDOG_ENV = "CONVEYOR_WATCHDOG_FD"
+HANDOFF_ENV = "CONVEYOR_WATCHDOG_HANDOFF"
 T = TypeVar("T")
 
 

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Iterator
 
+from .._config import HANDOFF_ENV
 from .._context import JobContext
 from .._job import JobState
 from .._storage import JobAck, Storage
@@ -26,8 +27,6 @@ from .executor import Execution, Executor
 
 log = logging.getLogger("conveyor.worker")
 
-#: A replacement child's handoff (a file descriptor number of a file holding JSON).
-HANDOFF_ENV = "CONVEYOR_WATCHDOG_HANDOFF"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -30,12 +30,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from .._config import WATCHDOG_ENV
 from .._errors import TaskTimedOut
 from .._job import Job
 from .recycler import Overdue
-
-#: The supervisor's watchdog pipe (a file descriptor number) in a child's environment.
-WATCHDOG_ENV = "CONVEYOR_WATCHDOG_FD"
 
 P = TypeVar("P")
 

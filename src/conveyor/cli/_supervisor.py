@@ -18,6 +18,8 @@ import threading
 import time
 from types import FrameType
 
+from .._config import HANDOFF_ENV, WATCHDOG_ENV
+
 
 def exit_if_handlers_linger(grace: float = 0.5, code: int = 0) -> None:
     """After the worker stopped, do not wait for sync handlers still running.
@@ -59,16 +61,15 @@ STARTUP_FAILURES = frozenset({2, 3, 4})
 #: handlers' hard deadlines through a pipe (this variable names its fd in the child; the
 #: protocol is in conveyor._runtime.hardlimit). A child still alive this many seconds
 #: past one (it should have recycled itself: a handler in C code holding the GIL stops
-#: it) is killed with SIGKILL, and its replacement settles its jobs (HANDOFF_ENV).
-WATCHDOG_ENV = "CONVEYOR_WATCHDOG_FD"
+#: it) is killed with SIGKILL, and its replacement settles its jobs (HANDOFF_ENV). The
+#: two environment names are conveyor._config's, read by the child.
+WATCHDOG_MARGIN = 5.0
+#: Overrides WATCHDOG_MARGIN (seconds): the tests shorten it.
+MARGIN_ENV = "CONVEYOR_WATCHDOG_MARGIN"
 #: The supervisor's pid, given to each child (``follow_supervisor``).
 PARENT_ENV = "CONVEYOR_SUPERVISOR_PID"
 #: Linux's prctl option: the signal this process gets when its parent dies.
 PR_SET_PDEATHSIG = 1
-HANDOFF_ENV = "CONVEYOR_WATCHDOG_HANDOFF"
-WATCHDOG_MARGIN = 5.0
-#: Overrides WATCHDOG_MARGIN (seconds): the tests shorten it.
-MARGIN_ENV = "CONVEYOR_WATCHDOG_MARGIN"
 
 
 def follow_supervisor() -> bool:

@@ -117,8 +117,7 @@ class ChunkCall:
         if isinstance(exc, Discard):
             return x._ack(ex, JobState.DISCARDED, error_json=x._error(ex, f"discarded: {exc.reason}"))
         if isinstance(exc, TaskTimedOut):
-            msg = f"TimeoutError: chunk ran past its task's timeout of {task.defaults.timeout}s"
-            return x._failure(ex, task, msg, "", TimeoutError(msg))
+            return x._timed_out(ex, task)
         return x._raised(ex, task, exc)
 
 

@@ -144,6 +144,14 @@ class Executor:
             entry["traceback"] = _payload.truncate(tb, cfg.max_traceback_chars)
         return _payload.storable(_payload.dumps(entry))
 
+    def _timed_out(self, ex: Execution, task: Task[Any, Any]) -> JobAck:
+        """The attempt's failure at its task's timeout: a soft timeout (a job's, a
+        chunk's) or a process killed at its hard limit (``handoff``)."""
+        chunk = task.defaults.chunk is not None
+        what = "chunk ran past its task's" if chunk else "task ran past its"
+        msg = f"TimeoutError: {what} timeout of {task.defaults.timeout}s"
+        return self._failure(ex, task, msg, "", TimeoutError(msg))
+
     def _failure(self, ex: Execution, task: Task[Any, Any], message: str, tb: str,
                  exc: BaseException | None = None) -> JobAck:
         job = ex.job
@@ -262,8 +270,7 @@ class Executor:
         except TaskTimedOut:
             if ex.stop_reason is not None:
                 return self._stopped(ex)
-            msg = f"TimeoutError: task ran past its timeout of {task.defaults.timeout}s"
-            return self._failure(ex, task, msg, "", TimeoutError(msg))
+            return self._timed_out(ex, task)
         except BaseException as exc:
             # Whatever the handler raises is its attempt's failure: SystemExit,
             # KeyboardInterrupt, GeneratorExit and other BaseExceptions included. A real

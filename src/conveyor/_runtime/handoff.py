@@ -109,10 +109,8 @@ def _timed_out(h: Handoff, x: Executor, ex: Execution) -> JobAck | None:
     log.warning("job %d was killed with worker process %d at its hard time limit: "
                 "attempt %d fails with TaskTimedOut", ex.job.id, h.pid, ex.job.attempt,
                 extra=ex.log_extra())
-    kind = "chunk ran past its task's" if task.defaults.chunk is not None else "task ran past its"
-    msg = f"TimeoutError: {kind} timeout of {task.defaults.timeout}s"
     with _runner(x, h):
-        return x._failure(ex, task, msg, "", TimeoutError(msg))
+        return x._timed_out(ex, task)
 
 
 @contextlib.contextmanager

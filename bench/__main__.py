@@ -21,6 +21,7 @@ from typing import Any
 
 import psycopg
 
+import conveyor
 from conveyor import Conveyor
 
 from . import _docs, _env, _report, w_burndown, w_enqueue, w_latency, w_steady, w_workers, w_workflow
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.summary_only:
         publish(args.out)
         return 0
+    _env.compile_bytecode(Path(conveyor.__file__).parent, Path(__file__).resolve().parent)
     wanted = [p for p in args.cases.split(",") if p]
     cases = [c for c in plan(args.quick, args.steady_seconds)
              if not wanted or any(c.id.startswith(p) for p in wanted)]

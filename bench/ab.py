@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ._ab_run import CANNOT_DRIVE, CASES, RESULT_PREFIX
+from ._env import compile_bytecode
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT_DIR = ROOT / "bench" / "results" / "ab"
@@ -294,6 +295,7 @@ def main(argv: list[str] | None = None, measure: Measure | None = None) -> int:
         with interrupted_by_sigterm(), contextlib.ExitStack() as stack:
             base, head = stack.enter_context(sides(ROOT, args.base, args.head,
                                                    args.working_tree))
+            compile_bytecode(base.src, head.src, ROOT / "bench")
             if measure is None:
                 url = ""
                 if needs_pg:

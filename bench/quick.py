@@ -31,6 +31,8 @@ from typing import Any
 
 from tests import _evidence
 
+import conveyor
+
 from . import (
     _env,
     _report,
@@ -259,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scale != 1.0:
         SIZES.update({k: max(3, int(v * args.scale)) for k, v in SIZES.items()})
     began = time.monotonic()
+    _env.compile_bytecode(Path(conveyor.__file__).parent, Path(__file__).resolve().parent)
     machine = _env.machine()
     machine["git"] = _evidence.stamp(_evidence.QUICK_MEASURED)
     floors: dict[str, dict[str, Any]] = {}

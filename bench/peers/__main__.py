@@ -33,6 +33,8 @@ from typing import Any
 
 from tests import _evidence
 
+import conveyor
+
 from .. import _env
 from . import _driver, _render, _services, _systems
 
@@ -148,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         plan(args)
     except ValueError as exc:
         parser().error(str(exc))
+    _env.compile_bytecode(Path(conveyor.__file__).parent, Path(__file__).resolve().parents[1])
     result = run(args)
     print()
     print(_render.table(result))

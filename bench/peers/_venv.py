@@ -52,7 +52,9 @@ def ensure(system: System, timeout: float = 600) -> Path:
         return Path(sys.executable)
     home = directory(system)
     python = home / "bin" / "python"
-    wanted = "\n".join(sorted(system.packages))
+    # bytecode compiled at install, as pip does (uv does not by default): the peers'
+    # modules are not compiled again by each run (PYTHONDONTWRITEBYTECODE keeps none)
+    wanted = "\n".join([*sorted(system.packages), "# bytecode compiled"])
     stamp = home / STAMP
     if python.exists() and stamp.exists() and stamp.read_text() == wanted:
         return python
@@ -61,7 +63,8 @@ def ensure(system: System, timeout: float = 600) -> Path:
     uv = _uv()
     if uv:
         _run([uv, "venv", "--quiet", "--python", PYTHON, str(home)], timeout)
-        _run([uv, "pip", "install", "--quiet", "--python", str(python), *system.packages],
+        _run([uv, "pip", "install", "--quiet", "--compile-bytecode", "--python", str(python),
+              *system.packages],
              timeout)
     else:
         _run([PYTHON, "-m", "venv", str(home)], timeout)

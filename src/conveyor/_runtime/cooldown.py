@@ -27,6 +27,7 @@ class Cooldowns(Service):
     node's producers within about one interval."""
 
     name = "cooldowns"
+    runs_at_start = True
 
     def __init__(self, storage: Storage, producers: Mapping[str, Producer],
                  interval: float, cap: float = THROTTLE_COOLDOWN_CAP) -> None:
@@ -35,9 +36,6 @@ class Cooldowns(Service):
         #: The end of the latest cool-down applied per queue (to log each one once).
         self._applied: dict[str, datetime] = {}
         self._writes: set[asyncio.Task[None]] = set()
-
-    async def start(self) -> None:
-        await self.run_once()
 
     def raised(self, queue: str, seconds: float) -> None:
         """A handler of this node raised Throttle(scope="queue"): hold here at once, and

@@ -23,6 +23,7 @@ class Heartbeat(Service):
     """
 
     name = "heartbeat"
+    runs_at_start = True
 
     def __init__(
         self,
@@ -50,9 +51,6 @@ class Heartbeat(Service):
             ttl=node_ttl, serves_json=None if serves is None else json.dumps(sorted(serves)),
         )
         self.node_ttl = node_ttl
-
-    async def start(self) -> None:
-        await self.run_once()
 
     async def stop(self) -> None:
         await self._storage.node_delete(self._node.id)

@@ -17,6 +17,7 @@ class LeaderElector(Service):
     expires and the next node to ask takes it with a higher term."""
 
     name = "leader"
+    runs_at_start = True
 
     def __init__(self, storage: Storage, node_id: str, ttl: float) -> None:
         self._storage, self.node_id, self.ttl = storage, node_id, ttl
@@ -28,9 +29,6 @@ class LeaderElector(Service):
     def is_leader(self) -> bool:
         # Stop acting a little before the lease could have passed to someone else.
         return time.monotonic() < self._valid_until - self.interval / 2
-
-    async def start(self) -> None:
-        await self.run_once()
 
     async def run_once(self) -> bool:
         asked = time.monotonic()

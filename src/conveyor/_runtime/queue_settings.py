@@ -20,6 +20,7 @@ class QueueSettings(Service):
     one interval of a change."""
 
     name = "queue-settings"
+    runs_at_start = True
 
     def __init__(self, storage: Storage, node_id: str, producers: Mapping[str, Producer],
                  interval: float,
@@ -29,9 +30,6 @@ class QueueSettings(Service):
         #: Filled in place with each queue's default backoff (the executor reads it).
         self.backoffs: MutableMapping[str, QueueBackoff] = {} if backoffs is None else backoffs
         self._warned: set[tuple[str, str]] = set()
-
-    async def start(self) -> None:
-        await self.run_once()
 
     async def run_once(self) -> dict[str, int]:
         rows = {q.name: q for q in await self._storage.queue_list()}

@@ -26,11 +26,17 @@ class Service(abc.ABC):
 
     name = "service"
     interval = 1.0
+    #: The worker needs this service's first pass before it takes jobs (the node's row,
+    #: the leadership, queue settings): ``start()`` runs it, and ``run()`` waits an
+    #: interval before the next instead of repeating it at once.
+    runs_at_start = False
     _kicked: asyncio.Event | None = None
 
     async def start(self) -> None:
-        """Prepare before the worker takes jobs (most services need nothing)."""
-        return None
+        """Prepare before the worker takes jobs: the first pass where ``runs_at_start``,
+        else nothing."""
+        if self.runs_at_start:
+            await self.run_once()
 
     @abc.abstractmethod
     async def run_once(self) -> Any:
@@ -48,14 +54,17 @@ class Service(abc.ABC):
     async def run(self, stopping: asyncio.Event) -> None:
         failures = 0
         self._kicked = kicked = asyncio.Event()
+        passed = self.runs_at_start  # start() just ran a pass
         while not stopping.is_set():
             kicked.clear()
-            try:
-                await self.run_once()
-                failures = 0
-            except Exception as exc:
-                failures += 1
-                log.warning("%s pass failed (%s): %s", self.name, type(exc).__name__, exc)
+            if not passed:
+                try:
+                    await self.run_once()
+                    failures = 0
+                except Exception as exc:
+                    failures += 1
+                    log.warning("%s pass failed (%s): %s", self.name, type(exc).__name__, exc)
+            passed = False
             delay = self.interval * random.uniform(0.9, 1.1) * min(2**failures, 8)
             waits = [asyncio.ensure_future(stopping.wait()), asyncio.ensure_future(kicked.wait())]
             with contextlib.suppress(TimeoutError):

@@ -325,8 +325,7 @@ class Worker:
         self._loop_thread = threading.get_ident()
         unsubscribe = self._storage.wake_subscribe(self._on_wake)
         restore = install_stop_signals(self.request_stop)
-        for service in self.services:
-            await service.start()
+        await self._start_services()
         if self._handoff is not None:  # a child killed at a hard time limit: before claims
             try:
                 for ack in await settle(self._handoff, self._storage, self.executor,
@@ -339,11 +338,12 @@ class Worker:
         self.started.set()
         try:
             async with asyncio.TaskGroup() as group:
+                # the claims first: the services' passes do not delay the first jobs
+                self._claiming = [group.create_task(producer.run(self._stopping))
+                                  for producer in self.producers.values()]
                 group.create_task(self.acker.run(self._services_stop))
                 for service in self.services:
                     group.create_task(service.run(self._services_stop))
-                self._claiming = [group.create_task(producer.run(self._stopping))
-                                  for producer in self.producers.values()]
                 if self.config.burst:
                     group.create_task(self._watch_burst())
                 group.create_task(self._shutdown_when_stopping())
@@ -357,6 +357,18 @@ class Worker:
                 except Exception as exc:  # the database may be away at exit: logged, not raised
                     log.warning("%s did not stop cleanly: %s", service.name, exc)
         log.info("worker %s stopped", self.node_id)
+
+    async def _start_services(self) -> None:
+        """Every service's ``start()``, at the same time (they are independent, and each
+        is a round trip or two): the first claim waits for the slowest, not the sum. The
+        first failure is raised as it is, the other starts cancelled."""
+        starts = [asyncio.ensure_future(service.start()) for service in self.services]
+        try:
+            await asyncio.gather(*starts)
+        except BaseException:
+            for start in starts:
+                start.cancel()
+            raise
 
     async def _shutdown_when_stopping(self) -> None:
         await self._stopping.wait()

@@ -7,7 +7,8 @@
 #                  start their own in transaction mode, no service needed). .ci/run
 #                  installs both when missing.
 #   make test      ruff + mypy --strict + pytest, then the Django suite (tests/contrib/django)
-#                  and mypy --strict of conveyor.contrib.django in .venv-django. pytest runs
+#                  and mypy --strict of conveyor.contrib.django in .venv-django, where the
+#                  worker's tests also run again on Python >= 3.12 (its eager executions). pytest runs
 #                  on PYTEST_WORKERS pytest-xdist workers (default 2; 0 runs it in one
 #                  process) with --dist loadgroup: each worker has its own Postgres database;
 #                  tests/conftest.py marks xdist groups (modules sharing an expensive fixture,
@@ -146,6 +147,10 @@ test-django: $(DJANGO_STAMP)
 	$(DJANGO_BIN)/mypy --strict --python-version 3.12 \
 		$$(find src/conveyor/contrib/django tests/contrib/django examples/django -name '*.py' | sort)
 	$(DJANGO_BIN)/pytest -p no:cacheprovider tests/contrib/django
+	@# The eager execution path (Python >= 3.12: a handler that does not await runs where
+	@# the worker starts it), which the main suite on 3.11 cannot reach and the benchmarks
+	@# (.venv-bench) measure.
+	$(DJANGO_BIN)/pytest -p no:cacheprovider tests/test_worker_eager.py tests/test_worker.py
 endif
 
 $(BENCH_STAMP): pyproject.toml

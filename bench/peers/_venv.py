@@ -19,7 +19,8 @@ from ._systems import System
 CACHE = Path(os.environ.get("CONVEYOR_BENCH_PEERS_CACHE",
                             Path.home() / ".cache" / "conveyor-bench-peers"))
 STAMP = ".conveyor-bench-requirements"
-#: The peers' venvs run the interpreter the repository's venv runs (3.11 here).
+#: The peers' venvs run the interpreter the benchmark runs (.venv-bench: the newest
+#: CPython >= 3.12 found), so every system of a run is on one interpreter.
 PYTHON = sys.executable
 
 
@@ -54,7 +55,9 @@ def ensure(system: System, timeout: float = 600) -> Path:
     python = home / "bin" / "python"
     # bytecode compiled at install, as pip does (uv does not by default): the peers'
     # modules are not compiled again by each run (PYTHONDONTWRITEBYTECODE keeps none)
-    wanted = "\n".join([*sorted(system.packages), "# bytecode compiled"])
+    # the interpreter is part of what a venv was made with: another one makes it again
+    wanted = "\n".join([*sorted(system.packages), "# bytecode compiled",
+                        f"# python {sys.version.split()[0]} at {sys.base_prefix}"])
     stamp = home / STAMP
     if python.exists() and stamp.exists() and stamp.read_text() == wanted:
         return python

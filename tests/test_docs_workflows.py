@@ -39,8 +39,9 @@ def run(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 
 
 def job_states(db: Path) -> dict[str, int]:
+    """Every job's state, live or in history (a completion may move there at its ack)."""
     with sqlite3.connect(db) as conn:
-        return dict(conn.execute("SELECT state, count(*) FROM conveyor_jobs GROUP BY state"))
+        return dict(conn.execute("SELECT state, count(*) FROM conveyor_jobs_all GROUP BY state"))
 
 
 @pytest.mark.sqlite

@@ -24,9 +24,12 @@ class Acker:
     name = "acker"
 
     def __init__(self, storage: Storage, on_flushed: Callable[[list[JobAck], set[int]], None],
-                 node: str | None = None):
+                 node: str | None = None, retire: bool = False):
+        """``retire``: plain completions go straight to history (``JobAckManyParams``),
+        for a worker whose ``archive_after`` is 0."""
         self._storage = storage
         self._node = node
+        self._retire = retire
         self._on_flushed = on_flushed
         self._pending: list[JobAck] = []
         self._wake = asyncio.Event()
@@ -53,7 +56,8 @@ class Acker:
         delay = 0.05
         while True:
             try:
-                applied = set(await self._storage.job_ack_many(JobAckManyParams(batch, self._node)))
+                applied = set(await self._storage.job_ack_many(
+                    JobAckManyParams(batch, self._node, self._retire)))
                 break
             except DatabaseUnavailableError as exc:  # the database is away: keep, retry
                 log.warning("ack flush of %d failed, retrying: %s", len(batch), exc)
@@ -79,7 +83,7 @@ class Acker:
             for attempt in (ack, _stripped(ack)):
                 try:
                     applied.update(await self._storage.job_ack_many(
-                        JobAckManyParams([attempt], self._node)))
+                        JobAckManyParams([attempt], self._node, self._retire)))
                     break
                 except DatabaseUnavailableError:
                     raise

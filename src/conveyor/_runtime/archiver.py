@@ -6,7 +6,10 @@ rows move is one rule, written once in ``<dialect>/sql/history.sql``
 (``job_archive_pick``): finished, older than ``archive_after``, and not holding a unique
 claim. Moving changes no job's state, so it emits no ``StateChange``. On PostgreSQL it
 also makes history's day partitions ahead of time (hourly), so rows never land in the
-DEFAULT partition that retention cannot drop."""
+DEFAULT partition that retention cannot drop. Every node, leader or not, makes them once
+at its start too: with ``archive_after`` 0 its acks write plain completions straight to
+history (``JobAckManyParams.retire``), and a node may start on a database no leader has
+prepared for days (the migration made only its first days)."""
 
 from __future__ import annotations
 
@@ -37,6 +40,19 @@ class Archiver(Service):
         self._params = JobArchiveParams(after=after, limit=batch)
         self._max_batches = max_batches
         self._prepared_at: float | None = None
+
+    async def start(self) -> None:
+        """Make the partitions ahead on any node (see the module docstring); a failure
+        is logged, not raised: rows then go to DEFAULT, and the leader tries again."""
+        try:
+            made = await self._storage.job_history_prepare(DAYS_AHEAD)
+        except Exception as exc:
+            log.warning("history partitions could not be made ahead (%s): %s",
+                        type(exc).__name__, exc)
+            return
+        self._prepared_at = time.monotonic()  # as a leader's pass would have
+        if made:
+            log.info("made %d history partition(s) ahead", made)
 
     async def run_once(self) -> int:
         """How many jobs moved."""

@@ -102,7 +102,10 @@ class Worker:
         self._claiming: list[asyncio.Task[None]] = []  # the producers' loops, while running
         self.executor = Executor(registry, config.sync_threads or min(sum(config.queues.values()), 256),
                                  self.node_id, unknown_task_timeout=config.unknown_task_timeout)
-        self.acker = Acker(storage, self._on_flushed, self.node_id)
+        # archive_after 0: the archiver would move a finished job at once, so a plain
+        # completion goes to history at its ack instead (the archiver keeps the rest)
+        self.acker = Acker(storage, self._on_flushed, self.node_id,
+                           retire=config.archive_after == 0)
         self.admission = Admission(registry.tasks, storage, self._push)
         #: Gathers and runs chunk tasks' jobs; None (and no cost) when no task has chunks.
         self.chunker = (Chunker(ChunkCall(self.executor), self.executor, self._chunk_done)

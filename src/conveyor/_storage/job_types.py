@@ -89,6 +89,9 @@ class JobAckManyParams:
     acks: Sequence[JobAck]
     #: The worker node whose attempts these are (``ran_on``).
     node: str | None = None
+    #: Plain completions go straight to history where the archiving rule lets them (a
+    #: worker whose ``archive_after`` is 0, whose archiver would move them at once).
+    retire: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -72,12 +72,15 @@ def load_queries(dialect: str) -> dict[str, str]:
             if name in queries:
                 raise ValueError(f"query {name!r} defined twice for {dialect}")
             queries[name] = body.strip().rstrip(";")
+    _place_rules(queries)
     for fragment in FRAGMENTS:  # written once, placed where {name} stands
         if fragment in queries:
             text = "\n".join(line for line in queries.pop(fragment).splitlines()
                              if not line.lstrip().startswith("--"))
             queries = {name: sql.replace("{" + fragment + "}", text)
                        for name, sql in queries.items()}
+    queries = {name: sql.replace("{job_columns}", ", ".join(JOB_COLUMNS))
+               for name, sql in queries.items()}
     returning = claim_returning(dialect)  # a claim's columns are listed once, in rows.py
     for name in ("job_fetch_available", "job_fetch_available_fair",
                  "job_fetch_available_fair_plain", "job_fetch_available_fair_one"):
@@ -88,7 +91,54 @@ def load_queries(dialect: str) -> dict[str, str]:
 
 #: Named pieces of SQL that are not statements: each is taken out of the queries and put
 #: where ``{name}`` stands in the statements of its dialect.
-FRAGMENTS = ("job_insert_rows", "job_claim_lease")
+FRAGMENTS = ("job_insert_rows", "job_claim_lease", "job_completed_set")
+
+#: Every column of ``conveyor_jobs``, in table order: ``conveyor_jobs_history`` has the
+#: same ones (schema 12). Placed where ``{job_columns}`` stands; a job that moves to
+#: history with some columns changed lists them all. A migration that adds a column adds
+#: it here too (tests/test_retire.py compares this with both backends' tables).
+JOB_COLUMNS = (
+    "id", "task", "queue", "args", "kwargs", "priority", "state", "attempt",
+    "max_attempts", "scheduled_at", "created_at", "attempted_at", "finished_at", "errors",
+    "result", "tags", "meta", "lease_owner", "lease_token", "lease_expires_at",
+    "cancel_requested", "unique_key", "unique_states", "concurrency_key", "holds_slot",
+    "ran_on", "run_time", "workflow_id", "batch_id", "deps_pending", "followers",
+    "results_arg", "callback_batch_id", "progress", "progress_message", "progress_at",
+    "requires", "expires_at", "fair_key",
+)
+
+#: A rule with one argument: ``{job_archive_rule:EXPR}`` is its text with EXPR in place
+#: of ``{state}`` (the final state of the row it judges).
+_RULE = re.compile(r"\{job_archive_rule:([^{}]+)\}")
+#: One ``column = value`` a line of ``job_completed_set``.
+_ASSIGNMENT = re.compile(r"^\s*([a-z_]+)\s*=\s*(.+?),?\s*$")
+
+
+def _code(sql: str) -> str:
+    """A fragment's SQL without its comment lines."""
+    return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+
+
+def _place_rules(queries: dict[str, str]) -> None:
+    """Fill the argument rule ``job_archive_rule`` (history.sql) in, and
+    ``{job_columns_completed}``: every column of a row as a plain completion leaves it
+    (``job_completed_set``'s values where it writes one, the row's own elsewhere, read
+    through the alias ``j``), which a job that goes straight to history is written with."""
+    rule = _code(queries.pop("job_archive_rule"))
+    written: dict[str, str] = {}
+    for line in _code(queries["job_completed_set"]).splitlines():
+        if line.strip():
+            match = _ASSIGNMENT.match(line)
+            if match is None:
+                raise ValueError(f"job_completed_set: not 'column = value': {line!r}")
+            written[match[1]] = match[2]
+    if not written.keys() <= set(JOB_COLUMNS):
+        raise ValueError(f"job_completed_set writes unknown columns {written.keys() - set(JOB_COLUMNS)}")
+    completed = ", ".join(f"{written[c]} AS {c}" if c in written else f"j.{c}"
+                          for c in JOB_COLUMNS)
+    for name, sql in queries.items():
+        sql = _RULE.sub(lambda m: rule.replace("{state}", m[1]), sql)
+        queries[name] = sql.replace("{job_columns_completed}", completed)
 
 #: The plain claim's filter a routed claim replaces (``job_claim_route``).
 PLAIN_ROUTE = "AND requires IS NULL"

@@ -7,7 +7,8 @@
 * Claims read tuple rows of only the columns a worker needs, JSON as text, made Jobs
   by ``rows.claimed_from_datetimes`` (no dict per row, arguments decoded on first use).
 * Completed acks without an error (nearly all of them) use ``job_ack_completed``:
-  three arrays instead of seven, and no NOTIFY to consider.
+  three arrays instead of seven, and no NOTIFY to consider; or ``job_ack_retire``,
+  which moves them to history in the same statement (``JobAckManyParams.retire``).
 """
 
 from __future__ import annotations
@@ -132,13 +133,16 @@ async def claim_rows(conn: psycopg.AsyncConnection[Any], sql: str,
 
 
 async def ack_many(fetch: Fetch, batch: Sequence[JobAck], node: str | None,
-                   general: Callable[[Sequence[JobAck]], Awaitable[set[int]]]) -> set[int]:
-    """Apply ``batch`` (one ack per id and token); returns the ids that applied."""
+                   general: Callable[[Sequence[JobAck]], Awaitable[set[int]]],
+                   retire: bool = False) -> set[int]:
+    """Apply ``batch`` (one ack per id and token); returns the ids that applied.
+    ``retire``: plain completions the archiving rule lets go move to history at once
+    (``job_ack_retire``)."""
     fast = [a for a in batch if plain_completed(a)]
     rest = [a for a in batch if not plain_completed(a)] if len(fast) < len(batch) else []
     applied: set[int] = set()
     if fast:
-        rows = await fetch("job_ack_completed", {
+        rows = await fetch("job_ack_retire" if retire else "job_ack_completed", {
             "id": [a.id for a in fast], "lease_token": [a.lease_token for a in fast],
             "result": [a.result_json for a in fast],
             "run_time": [None if a.run_time is None else float(a.run_time) for a in fast],

@@ -226,7 +226,8 @@ class PostgresStorage(PostgresPools):
             return {r["id"] for r in await self._fetch("job_ack", values)}
 
         # plain completions go through the narrower job_ack_completed
-        applied = await batch.ack_many(self._fetch, unique, params.node, general)
+        applied = await batch.ack_many(self._fetch, unique, params.node, general,
+                                       params.retire)
         return list(dict.fromkeys(a.id for a in unique if a.id in applied))
 
     async def job_heartbeat_many(self, params: JobHeartbeatManyParams) -> JobHeartbeatResult:

@@ -15,8 +15,10 @@ the connection of a sync caller's own thread.
   array, not an ``executemany``: each execution of a statement on this table sets up
   its trigger programs and the state CHECK's list again, which cost more than the
   update itself. When its row count shows a fence rejected some of them, the savepoint
-  is rolled back and the batch takes the exact per-row path, which reports each
-  rejection.
+  is rolled back and those acks take the exact per-row path, which reports each
+  rejection. A worker whose ``archive_after`` is 0 first moves those the archiving rule
+  lets go straight to history (``job_ack_retire``: a copy returning the ids whose fence
+  held, and a delete), so only the others are updated.
 """
 
 from __future__ import annotations
@@ -147,22 +149,48 @@ def _plain(ack: JobAck) -> bool:
     return plain_completed(ack) and (ack.result_json is None or "\x00" not in ack.result_json)
 
 
-def ack_many(conn: sqlite3.Connection, sql_completed: str, acks: Sequence[JobAck],
-             node: str | None, exact: Callable[[Sequence[JobAck]], list[int]]) -> list[int]:
-    """Apply fenced acks; ``exact`` is the per-row path (one statement per ack)."""
+def ack_many(conn: sqlite3.Connection, queries: Mapping[str, str], acks: Sequence[JobAck],
+             node: str | None, exact: Callable[[Sequence[JobAck]], list[int]],
+             retire: bool = False) -> list[int]:
+    """Apply fenced acks; ``exact`` is the per-row path (one statement per ack).
+    ``retire``: plain completions the archiving rule lets go move to history at once
+    (``_retire``), one job alone too (else history would wait for the archiver)."""
     fast = [a for a in acks if _plain(a)]
-    if len(fast) < 2 or len({a.id for a in acks}) != len(acks):
+    if len(fast) < (1 if retire else 2) or len({a.id for a in acks}) != len(acks):
         return exact(acks)  # tiny batch, or one job twice: keep the in-order semantics
+    moved = _retire(conn, queries, fast, node) if retire else set()
+    if moved:
+        fast = [a for a in fast if a.id not in moved]
+    applied = set(moved)
     rest = [a for a in acks if not _plain(a)]
-    conn.execute("SAVEPOINT conveyor_ack")  # an error rolls the whole transaction back
-    rows = json.dumps([(a.id, a.lease_token, a.result_json, a.run_time) for a in fast],
-                      ensure_ascii=False)
-    done = conn.execute(sql_completed, {"acks": rows, "node": node}).rowcount
-    if done != len(fast):  # some fence held: find out which, row by row
-        conn.execute("ROLLBACK TO conveyor_ack")
-        conn.execute("RELEASE conveyor_ack")
-        return exact(acks)
-    conn.execute("RELEASE conveyor_ack")
-    applied = set(exact(rest)) if rest else set()
-    applied.update(a.id for a in fast)
+    if fast:
+        conn.execute("SAVEPOINT conveyor_ack")  # an error rolls the whole transaction back
+        done = conn.execute(queries["job_ack_completed"],
+                            {"acks": _acks_json(fast), "node": node}).rowcount
+        if done != len(fast):  # some fence held: find out which, row by row
+            conn.execute("ROLLBACK TO conveyor_ack")
+            conn.execute("RELEASE conveyor_ack")
+            rest = [a for a in acks if a.id not in moved]
+        else:
+            conn.execute("RELEASE conveyor_ack")
+            applied.update(a.id for a in fast)
+    if rest:
+        applied.update(exact(rest))
     return [a.id for a in acks if a.id in applied]
+
+
+def _retire(conn: sqlite3.Connection, queries: Mapping[str, str], fast: Sequence[JobAck],
+            node: str | None) -> set[int]:
+    """Copy the plain completions the archiving rule lets go into history, as the update
+    would have left them, then delete what was copied; the ids moved (their fence held)."""
+    values = {"acks": _acks_json(fast), "node": node}
+    moved = {row[0] for row in conn.execute(queries["job_ack_retire"], values).fetchall()}
+    if moved:
+        conn.execute(queries["job_ack_retire_delete"], {"acks": values["acks"]})
+    return moved
+
+
+def _acks_json(acks: Sequence[JobAck]) -> str:
+    """``:acks`` of the batch statements: [id, lease_token, result, run_time] each."""
+    return json.dumps([(a.id, a.lease_token, a.result_json, a.run_time) for a in acks],
+                      ensure_ascii=False)

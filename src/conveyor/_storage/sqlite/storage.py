@@ -336,8 +336,8 @@ class SQLiteStorage(FairStorage):
             return applied
 
         def run(conn: Conn) -> list[int]:  # plain completions in one statement
-            return batch.ack_many(conn, self._q["job_ack_completed"], params.acks,
-                                  params.node, lambda acks: exact(conn, acks))
+            return batch.ack_many(conn, self._q, params.acks, params.node,
+                                  lambda acks: exact(conn, acks), params.retire)
 
         applied = await self._thread.call_write(run)
         if applied:  # committed: some may be final (a waiter re-reads to see which)

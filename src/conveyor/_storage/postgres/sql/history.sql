@@ -3,15 +3,21 @@
 -- A move is one transaction of three statements: pick (locking), copy, delete; both
 -- tables have the same columns in the same order, so rows move with SELECT *.
 
--- name: job_archive_pick
--- THE archiving rule, the one place it is written: a finished job older than
--- %(after)s seconds, unless it still holds a unique claim (its unique_states name its
--- final state: the unique index lives on the hot table, so it stays until pruned).
+-- name: job_archive_rule
+-- THE archiving rule, the one place it is written: which finished row may leave the hot
+-- table, {state} being its final state. Not while it holds a unique claim (its
+-- unique_states name its final state: the unique index lives on the hot table, so it
+-- stays until pruned). Placed as {job_archive_rule:EXPR} (schema.py) in the archiver's
+-- pick and in job_ack_retire (jobs_plain.sql), which moves a plain completion at its ack.
 -- Extend it here, in both dialects, when another column must keep a row hot.
+(unique_key IS NULL OR strpos(coalesce(unique_states, ''), ',' || {state} || ',') = 0)
+
+-- name: job_archive_pick
+-- A finished job older than %(after)s seconds that the archiving rule lets go.
 SELECT id FROM conveyor_jobs
 WHERE state IN ('completed', 'cancelled', 'discarded') AND state NOT IN ('available', 'running')
   AND finished_at <= now() - %(after)s::float8 * interval '1 second'
-  AND (unique_key IS NULL OR strpos(coalesce(unique_states, ''), ',' || state || ',') = 0)
+  AND {job_archive_rule:state}
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
 

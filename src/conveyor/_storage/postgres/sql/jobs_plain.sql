@@ -32,20 +32,26 @@ SELECT inserted.id, inserted.state, inserted.scheduled_at, inserted.created_at
 FROM inserted CROSS JOIN woken
 ORDER BY inserted.id;
 
+-- name: job_completed_set
+-- What a plain completion writes, one "column = value" a line (schema.py reads them):
+-- job_ack_completed's SET, and the values job_ack_retire writes into history. Typed, as
+-- a row going to history is built from them, not an UPDATE's target.
+state = 'completed'::text,
+finished_at = now(),
+result = a.result::jsonb,
+ran_on = %(node)s::text,
+run_time = a.run_time,
+lease_owner = NULL::text,
+lease_token = NULL::bigint,
+lease_expires_at = NULL::timestamptz
+
 -- name: job_ack_completed
 -- job_ack for state 'completed' with no error, no delay and no attempt change: the same
 -- fence, no producer to wake (one finish notification for waiters), and only the ids
 -- that applied come back.
 WITH acked AS (
 UPDATE conveyor_jobs AS j
-SET state = 'completed',
-    finished_at = now(),
-    result = a.result::jsonb,
-    ran_on = %(node)s::text,
-    run_time = a.run_time,
-    lease_owner = NULL,
-    lease_token = NULL,
-    lease_expires_at = NULL
+SET {job_completed_set}
 FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(result)b::text[],
             %(run_time)b::float8[])
      AS a(id, lease_token, result, run_time)
@@ -60,6 +66,47 @@ RETURNING j.id
     FROM (SELECT 1 FROM acked LIMIT 1) AS f
 )
 SELECT acked.id FROM acked CROSS JOIN finished;
+
+-- name: job_ack_retire
+-- job_ack_completed for a worker whose archive_after is 0: a job the archiving rule
+-- (history.sql) lets go, and with no followers (dependents, a batch: their triggers
+-- fire on the UPDATE of state), goes straight to history, written as the UPDATE would
+-- have left it; the others take the UPDATE, in the same statement. That saves the hot
+-- row a new version (and its index entries) and the archiver its pick, copy and delete.
+-- The same fence for both; the two sets of rows are disjoint (one statement must not
+-- change a row twice), and the ids of both come back.
+WITH gone AS (
+    DELETE FROM conveyor_jobs AS j
+    USING unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(result)b::text[],
+                 %(run_time)b::float8[])
+          AS a(id, lease_token, result, run_time)
+    WHERE j.id = a.id AND j.lease_token = a.lease_token
+      AND NOT j.followers AND {job_archive_rule:'completed'}
+    RETURNING {job_columns_completed}
+), moved AS (
+    INSERT INTO conveyor_jobs_history ({job_columns})
+    SELECT {job_columns} FROM gone
+), acked AS (
+    UPDATE conveyor_jobs AS j
+    SET {job_completed_set}
+    FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(result)b::text[],
+                %(run_time)b::float8[])
+         AS a(id, lease_token, result, run_time)
+    WHERE j.id = a.id AND j.lease_token = a.lease_token
+      AND a.id NOT IN (SELECT gone.id FROM gone)
+    RETURNING j.id
+), applied AS (
+    SELECT gone.id FROM gone UNION ALL SELECT acked.id FROM acked
+), finished AS (
+    SELECT count(pg_notify(%(finished_channel)s, '')) AS n
+    FROM (SELECT 1 FROM applied LIMIT 1) AS f
+)
+SELECT applied.id FROM applied CROSS JOIN finished;
+
+-- name: job_ack_retire_delete
+-- SQLite's job_ack_retire is two statements, its copy then this delete; here the one
+-- statement does both. Kept for parity: nothing to delete.
+SELECT NULL::bigint AS id WHERE %(acks)s::text IS NULL AND false;
 
 -- name: job_insert_one
 -- job_insert_plain for one job, with scalar parameters: arrays cost the client far more

@@ -11,6 +11,18 @@ INSERT INTO conveyor_jobs
      concurrency_key)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 
+-- name: job_completed_set
+-- What a plain completion writes, one "column = value" a line (schema.py reads them):
+-- job_ack_completed's SET, and the values job_ack_retire writes into history.
+state = 'completed',
+finished_at = (julianday('now') - 2440587.5) * 86400.0,
+result = a.value ->> 2,
+ran_on = :node,
+run_time = a.value ->> 3,
+lease_owner = NULL,
+lease_token = NULL,
+lease_expires_at = NULL
+
 -- name: job_ack_completed
 -- job_ack for state 'completed' with no error, no delay and no attempt change, for a
 -- whole batch in one statement: :acks is a JSON array of [id, lease_token, result,
@@ -20,17 +32,32 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);
 -- fence: only while this attempt holds the lease; a fenced-off ack is simply not
 -- updated, which the caller sees in the row count.
 UPDATE conveyor_jobs
-SET state = 'completed',
-    finished_at = (julianday('now') - 2440587.5) * 86400.0,
-    result = a.value ->> 2,
-    ran_on = :node,
-    run_time = a.value ->> 3,
-    lease_owner = NULL,
-    lease_token = NULL,
-    lease_expires_at = NULL
+SET {job_completed_set}
 FROM json_each(:acks) AS a
 WHERE conveyor_jobs.id = a.value ->> 0 AND conveyor_jobs.lease_token = a.value ->> 1
   AND conveyor_jobs.state = 'running';
+
+-- name: job_ack_retire
+-- job_ack_completed for a worker whose archive_after is 0, first of two statements
+-- (sqlite/batch.py): a job the archiving rule (history.sql) lets go, and with no
+-- followers (dependents, a batch: their triggers fire on the UPDATE of state), is
+-- copied to history as the UPDATE would have left it; job_ack_retire_delete then takes
+-- it out of the hot table, and job_ack_completed updates the others. That saves the
+-- hot row its update (and its index entries) and the archiver its pick, copy and
+-- delete. The same fence; the ids moved come back.
+INSERT INTO conveyor_jobs_history ({job_columns})
+SELECT {job_columns_completed}
+FROM json_each(:acks) AS a JOIN conveyor_jobs AS j ON j.id = a.value ->> 0
+WHERE j.lease_token = a.value ->> 1 AND j.state = 'running'
+  AND j.followers = 0 AND {job_archive_rule:'completed'}
+RETURNING id;
+
+-- name: job_ack_retire_delete
+-- The jobs job_ack_retire just copied: a job is in one table at a time, so those of the
+-- batch found in history are they.
+DELETE FROM conveyor_jobs
+WHERE id IN (SELECT h.id FROM json_each(:acks) AS a
+             JOIN conveyor_jobs_history AS h ON h.id = a.value ->> 0);
 
 -- name: job_insert_one
 -- PostgreSQL sends one job with scalar parameters; here executemany of job_insert_plain

@@ -109,9 +109,12 @@ WHOLE_READS: dict[str, Whole] = {
         sqlite={"conveyor_rate_limits"}, postgres={"conveyor_rate_limits"}),
     # -- listings of whole small tables -------------------------------------------------
     "job_list": whole(
-        "walks ids newest first and stops at the page size (hot and history merged by id)",
+        "walks ids newest first and stops at the page size (hot and history merged by id); "
+        "PostgreSQL: filtered by task, the running part is the lease index's rows (at most "
+        "the workers' concurrency), dropped without a task (never prepared: folded)",
         sqlite={"conveyor_jobs", "conveyor_jobs_history_id_idx"},
-        postgres={"conveyor_jobs_pkey", "conveyor_jobs_history_*_id_idx"}),
+        postgres={"conveyor_jobs_pkey", "conveyor_jobs_history_*_id_idx",
+                  "conveyor_jobs_lease_idx"}),
     "node_list": whole(
         "lists every node (one row per worker process)",
         sqlite={"sqlite_autoindex_conveyor_nodes_1"}, postgres={"conveyor_nodes_pkey"}),

@@ -246,10 +246,12 @@ SELECT staged.* FROM staged CROSS JOIN woken;
 SELECT * FROM conveyor_jobs_all WHERE id = %(id)s::bigint;
 
 -- name: job_list
-SELECT * FROM conveyor_jobs_all
+-- Filtered by task, the jobs not running come from the task index and the running ones
+-- from the lease index (job_task_parts), merged by id.
+SELECT * FROM conveyor_jobs_split AS j
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(task)s::text IS NULL OR task = %(task)s::text)
+  AND (%(task)s::text IS NULL OR task = %(task)s::text) AND {job_task_parts}
   AND (%(before_id)s::bigint IS NULL OR id < %(before_id)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s;

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -155,7 +156,7 @@ def scaling_stamp(results: Path) -> str:
 def scaling_db_cpu(results: Path) -> str:
     life = _json("capacity.json", results)["lifecycle"]
     cpu = life["load_sensitive"]["db_backend_cpu_us_per_job"]
-    total = sum(cpu.values())
+    total = math.fsum(cpu.values())  # the same on every Python (see model.py)
     rows = [f"| {phase} | {us:.1f} µs |" for phase, us in cpu.items()]
     return "\n".join(["| phase | server CPU per job |", "|---|---:|", *rows,
                       f"| **a job's whole life** | **{total:.1f} µs, about "
@@ -202,7 +203,7 @@ def scaling_wal(results: Path) -> str:
     for phase, w in wal.items():
         lines.append(f"| {phase} | {w['bytes']:,.0f} | {w['records']:.2f} | "
                      f"{w['record_bytes']:,.0f} | {w['full_page_image_bytes']:,.0f} |")
-    total = {k: sum(w[k] for w in wal.values())
+    total = {k: math.fsum(w[k] for w in wal.values())
              for k in ("bytes", "records", "record_bytes", "full_page_image_bytes")}
     lines.append(f"| **a job's life** | **{total['bytes']:,.0f}** | {total['records']:.1f} | "
                  f"{total['record_bytes']:,.0f} | {total['full_page_image_bytes']:,.0f} |")

@@ -53,9 +53,11 @@ class Costs:
         w3 = [json.loads(p.read_text())["median"].get("jobs_per_s", 0)
               for p in out.glob("postgres_w3_burndown_c*.json")]
         return cls(
-            db_cpu_us=sum(v or 0 for v in
-                          life["load_sensitive"]["db_backend_cpu_us_per_job"].values()),
-            wal_bytes=sum(p["bytes"] for p in life["wal_per_job"].values()),
+            # math.fsum: a float sum that is the same on every Python (3.12 changed
+            # sum()'s rounding), so a figure rendered on one is what another renders
+            db_cpu_us=math.fsum(v or 0 for v in
+                                life["load_sensitive"]["db_backend_cpu_us_per_job"].values()),
+            wal_bytes=math.fsum(p["bytes"] for p in life["wal_per_job"].values()),
             completed_row_bytes=cap["bytes_per_million_jobs"]["completed"]["total_bytes"] / 1e6,
             connections_per_worker=life["connections_peak"],
             connections_per_worker_max=cap["connections_per_process"]["worker process, at most"],

@@ -91,7 +91,10 @@ def load_queries(dialect: str) -> dict[str, str]:
 
 #: Named pieces of SQL that are not statements: each is taken out of the queries and put
 #: where ``{name}`` stands in the statements of its dialect.
-FRAGMENTS = ("job_insert_rows", "job_claim_lease", "job_completed_set", "job_task_parts")
+#: A fragment may hold an earlier one of this list (job_ack_completed_update holds
+#: job_completed_set).
+FRAGMENTS = ("job_insert_rows", "job_claim_lease", "job_completed_set",
+             "job_ack_completed_update", "job_task_parts")
 
 #: Every column of ``conveyor_jobs``, in table order: ``conveyor_jobs_history`` has the
 #: same ones (schema 12). Placed where ``{job_columns}`` stands; a job that moves to

@@ -45,21 +45,26 @@ lease_owner = NULL::text,
 lease_token = NULL::bigint,
 lease_expires_at = NULL::timestamptz
 
--- name: job_ack_completed
--- job_ack for state 'completed' with no error, no delay and no attempt change: the same
--- fence, no producer to wake (one finish notification for waiters), and only the ids
--- that applied come back.
-WITH acked AS (
+-- name: job_ack_completed_update
+-- A fragment (schema.FRAGMENTS): the fenced UPDATE of a batch of plain completions, in
+-- job_ack_completed and, for the rows that stay hot, in job_ack_retire.
+-- No "j.state = 'running'": the CHECK constraint makes a non-null lease_token mean
+-- running, and that predicate lets the planner join through the state index, whose
+-- estimate for 'running' goes stale fast on a queue table (a full scan of what runs,
+-- and its dead versions, per ack). Without it the join can only use the primary key.
 UPDATE conveyor_jobs AS j
 SET {job_completed_set}
 FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(result)b::text[],
             %(run_time)b::float8[])
      AS a(id, lease_token, result, run_time)
--- No "j.state = 'running'": the CHECK constraint makes a non-null lease_token mean
--- running, and that predicate lets the planner join through the state index, whose
--- estimate for 'running' goes stale fast on a queue table (a full scan of what runs,
--- and its dead versions, per ack). Without it the join can only use the primary key.
 WHERE j.id = a.id AND j.lease_token = a.lease_token
+
+-- name: job_ack_completed
+-- job_ack for state 'completed' with no error, no delay and no attempt change: the same
+-- fence, no producer to wake (one finish notification for waiters), and only the ids
+-- that applied come back.
+WITH acked AS (
+{job_ack_completed_update}
 RETURNING j.id
 ), finished AS (
     SELECT count(pg_notify(%(finished_channel)s, '')) AS n
@@ -87,12 +92,7 @@ WITH gone AS (
     INSERT INTO conveyor_jobs_history ({job_columns})
     SELECT {job_columns} FROM gone
 ), acked AS (
-    UPDATE conveyor_jobs AS j
-    SET {job_completed_set}
-    FROM unnest(%(id)b::bigint[], %(lease_token)b::bigint[], %(result)b::text[],
-                %(run_time)b::float8[])
-         AS a(id, lease_token, result, run_time)
-    WHERE j.id = a.id AND j.lease_token = a.lease_token
+    {job_ack_completed_update}
       AND a.id NOT IN (SELECT gone.id FROM gone)
     RETURNING j.id
 ), applied AS (

@@ -45,25 +45,17 @@ class Archiver(Service):
         """Make the partitions ahead on any node (see the module docstring); a failure
         is logged, not raised: rows then go to DEFAULT, and the leader tries again."""
         try:
-            made = await self._storage.job_history_prepare(DAYS_AHEAD)
+            await self._prepare()
         except Exception as exc:
             log.warning("history partitions could not be made ahead (%s): %s",
                         type(exc).__name__, exc)
-            return
-        self._prepared_at = time.monotonic()  # as a leader's pass would have
-        if made:
-            log.info("made %d history partition(s) ahead", made)
 
     async def run_once(self) -> int:
         """How many jobs moved."""
         if self._leader is not None and not self._leader.is_leader:
             return 0
-        now = time.monotonic()
-        if self._prepared_at is None or now - self._prepared_at >= PREPARE_EVERY:
-            made = await self._storage.job_history_prepare(DAYS_AHEAD)
-            self._prepared_at = now
-            if made:
-                log.info("made %d history partition(s) ahead", made)
+        if self._prepared_at is None or time.monotonic() - self._prepared_at >= PREPARE_EVERY:
+            await self._prepare()
         total = 0
         for _ in range(self._max_batches):
             moved = await self._storage.job_archive(self._params)
@@ -71,3 +63,10 @@ class Archiver(Service):
             if moved < self._params.limit:
                 break
         return total
+
+    async def _prepare(self) -> None:
+        """History's day partitions ahead (today and DAYS_AHEAD after), noted as done."""
+        made = await self._storage.job_history_prepare(DAYS_AHEAD)
+        self._prepared_at = time.monotonic()
+        if made:
+            log.info("made %d history partition(s) ahead", made)

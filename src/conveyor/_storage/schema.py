@@ -75,8 +75,7 @@ def load_queries(dialect: str) -> dict[str, str]:
     _place_rules(queries)
     for fragment in FRAGMENTS:  # written once, placed where {name} stands
         if fragment in queries:
-            text = "\n".join(line for line in queries.pop(fragment).splitlines()
-                             if not line.lstrip().startswith("--"))
+            text = _code(queries.pop(fragment))
             queries = {name: sql.replace("{" + fragment + "}", text)
                        for name, sql in queries.items()}
     queries = {name: sql.replace("{job_columns}", ", ".join(JOB_COLUMNS))
@@ -152,8 +151,7 @@ def routed_claims(queries: dict[str, str]) -> dict[str, str]:
     its "requires IS NULL" (a worker without labels) replaced by ``job_claim_route`` (a
     fragment, taken out of ``queries``), so a worker without labels or task filter keeps
     the plain claim."""
-    route = "\n".join(line for line in queries.pop("job_claim_route").splitlines()
-                      if not line.lstrip().startswith("--"))
+    route = _code(queries.pop("job_claim_route"))
     out: dict[str, str] = {}
     for name, sql in queries.items():
         if name.startswith("job_fetch_available") and not name.endswith("_routed"):

@@ -54,6 +54,12 @@ def _cases() -> dict[str, AbCase]:
         out.append(AbCase(f"enqueue_many_{backend}", backend, 50_000, "jobs/s",
                           "50,000 jobs through enqueue_many in batches of 1,000 "
                           "(bench/w_enqueue.py bulk)"))
+        out.append(AbCase(f"enqueue_many_{backend}_b10000", backend, 50_000, "jobs/s",
+                          "50,000 jobs through enqueue_many in batches of 10,000, the "
+                          "bulk floor's batches (bench/w_enqueue.py bulk)"))
+        out.append(AbCase(f"peers_bulk_{backend}", backend, 50_000, "jobs/s",
+                          "50,000 jobs through one enqueue_many_async call, as bench.peers "
+                          "measures Conveyor's bulk (bench/peers/run_conveyor.py bulk)"))
         out.append(AbCase(f"enqueue_async_{backend}_p100", backend, 5_000, "jobs/s",
                           "5,000 enqueue_async calls from 100 coroutines on one loop "
                           "(bench/w_enqueue.py single_async)"))
@@ -82,13 +88,14 @@ def _runner(case: AbCase) -> Callable[[Any, int], dict[str, Any]]:
     drive fails at this import, which the caller reports)."""
     from . import w_burndown, w_enqueue
 
-    if case.name.startswith("peers_e2e_"):
-        return lambda target, jobs: _peers_e2e(case, target, jobs)
+    if case.name.startswith("peers_"):
+        return lambda target, jobs: _peers(case, target, jobs)
     if case.name.startswith("e2e_"):
         concurrency = int(case.name.rsplit("_c", 1)[1])
         return lambda target, jobs: w_burndown.burndown(target, jobs, concurrency)
     if case.name.startswith("enqueue_many_"):
-        return lambda target, jobs: w_enqueue.bulk(target, jobs, 1000)
+        batch = 10_000 if case.name.endswith("_b10000") else 1000
+        return lambda target, jobs: w_enqueue.bulk(target, jobs, batch)
     if case.name.startswith("enqueue_") and case.name.endswith("_t1"):
         return lambda target, jobs: w_enqueue.single(target, jobs, 1)
     if case.name.startswith("enqueue_async_"):
@@ -97,8 +104,8 @@ def _runner(case: AbCase) -> Callable[[Any, int], dict[str, Any]]:
     raise KeyError(case.name)
 
 
-def _peers_e2e(case: AbCase, target: Any, jobs: int) -> dict[str, Any]:
-    """The peers' end-to-end workload, run as ``bench.peers`` runs it for Conveyor."""
+def _peers(case: AbCase, target: Any, jobs: int) -> dict[str, Any]:
+    """A peers' workload (end to end, bulk), run as ``bench.peers`` runs it for Conveyor."""
     import asyncio
 
     from .peers import run_conveyor
@@ -106,7 +113,8 @@ def _peers_e2e(case: AbCase, target: Any, jobs: int) -> dict[str, Any]:
     target.reset()
     config = {"backend": case.backend, "workdir": str(target.workdir), "jobs": jobs,
               "pg_url": target.url}
-    return asyncio.run(run_conveyor.e2e(config))
+    workload = run_conveyor.e2e if case.name.startswith("peers_e2e_") else run_conveyor.bulk
+    return asyncio.run(workload(config))
 
 
 def run_case(case: AbCase, jobs: int, url: str, workdir: Path) -> dict[str, Any]:

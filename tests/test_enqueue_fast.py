@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import closing
@@ -421,3 +422,75 @@ def test_small_batches_alike_but_for_their_arguments_match_what_is_stored(
             assert stored is not None and _comparable(stored) == _comparable(job)
     states = [j.state for j in app.list_jobs(limit=100)]
     assert states.count(JobState.SCHEDULED) == 20 + 5 + 1
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_runs_of_alike_jobs_across_copy_chunks_match_what_is_stored(
+        app: Conveyor, hooked: bool) -> None:
+    """A batch is written as runs of jobs alike but for their arguments (one task, one
+    options object), cut wherever COPY's chunks fall: long runs, runs of one, a task's
+    template met again after another, delayed runs and keyword calls, each job stored
+    as the Job returned for it, in input order; with an enqueue hook every job gets the
+    hook's own call."""
+    calls: list[str] = []
+    if hooked:
+        @app.hooks.add_enqueue_hook
+        def stamp(task: str, meta: dict[str, Any]) -> None:
+            calls.append(task)
+            meta["n"] = len(calls)
+
+    @app.task
+    def noop(i: int, *, label: str = "") -> None: ...
+
+    @app.task(queue="other", tags=["t"])
+    def other(i: int) -> None: ...
+
+    later = noop.options(delay=60, priority=4)
+    specs: list[Any] = [noop.job(i) for i in range(310)]  # across the first chunk's end
+    specs += [noop.job(i, label="k") for i in range(3)]
+    specs += [later.job(i) for i in range(260)]
+    specs += [other.job(i) for i in range(5)] + [noop.job(-1)]
+    specs += [noop.job(i) for i in range(400)]
+    jobs = app.enqueue_many(specs)
+    ids = app.enqueue_many_ids(specs)
+    assert len(jobs) == len(ids) == len(specs)
+    assert [j.id for j in jobs] == sorted(j.id for j in jobs)
+    for spec, job, job_id in zip(specs, jobs, ids, strict=True):
+        stored = app.get_job(job.id)
+        assert stored is not None and _comparable(stored) == _comparable(job)
+        assert (job.task, job.args, job.kwargs) == (spec.task.name, list(spec.args), spec.kwargs)
+        twin = app.get_job(job_id)
+        assert twin is not None and (twin.args, twin.state, twin.priority, twin.tags) == (
+            job.args, job.state, job.priority, job.tags)
+    assert [j.state for j in jobs].count(JobState.SCHEDULED) == 260
+    if hooked:
+        assert len(calls) == 2 * len(specs)
+        assert sorted(j.meta["n"] for j in jobs) == list(range(1, len(specs) + 1))
+    else:
+        assert {repr(j.meta) for j in jobs} == {"{}"}
+
+
+def test_lazy_runs_read_in_any_cut_are_the_batch_inserts() -> None:
+    """``LazyInserts.runs`` cut anywhere gives the inserts reading it whole gives."""
+    from conveyor._storage import InsertRun, LazyInserts
+    from conveyor._storage.lazy_inserts import runs_of
+
+    base = make_insert(task="t", queue="q", args_json="[0]", kwargs_json="{}", priority=0,
+                       max_attempts=3, tags_json="[]", meta_json="{}")
+    sizes = [1, 7, 250, 1, 1, 40, 3]
+    runs = [InsertRun(base, [f"[{n}, {k}]" for k in range(size)])
+            for n, size in enumerate(sizes)]
+    flat = [job for run in runs for job in run.inserts()]
+
+    def convert(start: int, stop: int) -> list[InsertRun]:
+        jobs = flat[start:stop]
+        return [InsertRun(jobs[0], [j.args_json for j in jobs])]
+
+    for cuts in ([0, 303], [0, 5, 6, 260, 303], [0, 1, 2, 3, 100, 250, 251, 302, 303]):
+        lazy = LazyInserts(len(flat), convert, plain=True, queues=frozenset({"q"}))
+        read = [job for lo, hi in itertools.pairwise(cuts)
+                for run in runs_of(lazy, lo, hi) for job in run.inserts()]
+        assert read == flat == list(lazy)
+        assert [j.args_json for r in lazy.runs(100, 103) for j in r.inserts()] == [
+            j.args_json for j in flat[100:103]]
+    assert [j for r in runs_of(flat, 2, 9) for j in r.inserts()] == flat[2:9]

@@ -158,7 +158,7 @@ class _Enqueuer(Generic[P]):
     def job(self, *args: P.args, **kwargs: P.kwargs) -> JobSpec:
         """Build a job for ``app.enqueue_many`` without writing it."""
         self._task.check_arguments(args, kwargs)
-        return _make_spec(self._task, args, dict(kwargs), self._opts)
+        return _make_spec(self._task, args, kwargs, self._opts)  # ** made it a new dict
 
     def _split_connection(self, kwargs: dict[str, Any]) -> EnqueueOptions:
         if "connection" in kwargs and not self._task.accepts("connection"):

@@ -8,21 +8,27 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _payload
-from ._storage import JobInsert, insert_with_arguments
+from ._storage import InsertRun, JobInsert, insert_with_arguments
 from ._task import JobSpec, Task
 from ._task_options import EnqueueOptions
 
 
 def to_inserts(specs: Sequence[JobSpec], max_payload_bytes: int,
                now: float | None = None) -> list[JobInsert]:
-    """``[spec.to_insert(...) for spec in specs]``, cheaper for a batch: jobs of one task
-    built with one options object (``task.job(...)`` in a loop) share every field but
-    their arguments, so each one after the first encodes only those, a run of them at
-    once (``_Templated``)."""
+    """``[spec.to_insert(...) for spec in specs]``, cheaper for a batch (``to_runs``)."""
     if len(specs) == 1:  # task.enqueue(): shares with the task's earlier enqueues
         return [_single_insert(specs[0], max_payload_bytes, now)]
+    return [job for run in to_runs(specs, max_payload_bytes, now) for job in run.inserts()]
+
+
+def to_runs(specs: Sequence[JobSpec], max_payload_bytes: int,
+            now: float | None = None) -> list[InsertRun]:
+    """The inserts of ``specs`` as runs: jobs of one task built with one options object
+    (``task.job(...)`` in a loop) share every field but their arguments, so each one
+    after the first encodes only those, a run of them at once (``_Templated``), and
+    they stay one run (``InsertRun``) for whoever writes them."""
     templates: dict[tuple[int, int], JobInsert | None] = {}
-    out: list[JobInsert] = []
+    out: list[InsertRun] = []
     append = out.append
     task: Task[Any, Any] | None = None
     options: EnqueueOptions | None = None
@@ -37,11 +43,11 @@ def to_inserts(specs: Sequence[JobSpec], max_payload_bytes: int,
                 insert = spec.to_insert(max_payload_bytes, now)
                 templates[key] = insert if spec._shares_template() else None
                 run.template = templates[key]
-                append(insert)
+                append(InsertRun.of(insert))
                 continue
             run.template = templates[key]
         if run.template is None:  # unique, sealed or keyed jobs: each one in full
-            append(spec.to_insert(max_payload_bytes, now))
+            append(InsertRun.of(spec.to_insert(max_payload_bytes, now)))
         else:
             pending.append(spec)
     run.flush()
@@ -51,11 +57,12 @@ def to_inserts(specs: Sequence[JobSpec], max_payload_bytes: int,
 class _Templated:
     """A run of jobs that differ from their ``template`` only in their arguments,
     encoded together when the run ends (``flush``): calls without keyword arguments
-    are checked once for the whole run (``_payload.encode_positional_many``)."""
+    are checked once for the whole run (``_payload.encode_positional_many``) and
+    stay one ``InsertRun``."""
 
     __slots__ = ("max_bytes", "out", "pending", "template")
 
-    def __init__(self, out: list[JobInsert], max_bytes: int) -> None:
+    def __init__(self, out: list[InsertRun], max_bytes: int) -> None:
         self.out, self.max_bytes = out, max_bytes
         self.template: JobInsert | None = None
         self.pending: list[JobSpec] = []
@@ -68,11 +75,11 @@ class _Templated:
         texts = (None if any(s.kwargs for s in pending) else
                  _payload.encode_positional_many([s.args for s in pending], size, task.codec))
         if texts is not None:
-            self.out += [like(template, text, "{}") for text in texts]
+            self.out.append(InsertRun(like(template, texts[0], "{}"), texts))
         else:
-            encode, name = _payload.encode_arguments, template.task
-            self.out += [like(template, *encode(name, s.args, s.kwargs, size, task.codec,
-                                                 task.positional)) for s in pending]
+            encode, name, of = _payload.encode_arguments, template.task, InsertRun.of
+            self.out += [of(like(template, *encode(name, s.args, s.kwargs, size, task.codec,
+                                                   task.positional))) for s in pending]
         pending.clear()
 
 

@@ -13,13 +13,14 @@ from .._config import UnsetQueues, WorkerConfig
 from .._errors import JobNotFoundError
 from .._job import MAX_ID, Job, JobState
 from .._storage import (
+    InsertRun,
     JobInsert,
     JobSearchParams,
     LazyInserts,
     Storage,
 )
 from .._task import JobSpec
-from .._task_inserts import to_inserts
+from .._task_inserts import to_inserts, to_runs
 from . import search
 from .caller import caller_connection, caller_connection_async, insert_on_thread_of
 from .gcpause import paused_for
@@ -65,15 +66,29 @@ class JobsApp(ResultsApp):
         return inserts
 
     def _lazy(self, specs: Sequence[JobSpec], now: float | None) -> LazyInserts:
-        plain = all(s.task.defaults.unique is None and s.options.unique_key is None
-                    and s.requires() is None and s.task.defaults.expires_in is None
-                    and s.options.expires_in is None and s.options.expires_at is None
-                    and s.task.defaults.fair_key is None and s.options.fair_key is None
-                    for s in specs)
-        queues = frozenset(s.task.defaults.queue if s.options.queue is None else s.options.queue
-                           for s in specs)
-        return LazyInserts(len(specs), lambda start, stop: self._inserts(specs[start:stop], now),
-                           plain=plain, queues=queues)
+        """Is the batch plain and which queues it names, read once per task and options
+        object (``task.job(...)`` in a loop shares both)."""
+        plain, queues = True, set()
+        task: Any = None
+        options: Any = None
+        for s in specs:
+            if s.task is task and s.options is options:
+                continue
+            task, options = s.task, s.options
+            plain = plain and (
+                s.task.defaults.unique is None and s.options.unique_key is None
+                and s.requires() is None and s.task.defaults.expires_in is None
+                and s.options.expires_in is None and s.options.expires_at is None
+                and s.task.defaults.fair_key is None and s.options.fair_key is None)
+            queues.add(s.task.defaults.queue if s.options.queue is None else s.options.queue)
+        return LazyInserts(len(specs), lambda start, stop: self._runs(specs[start:stop], now),
+                           plain=plain, queues=frozenset(queues))
+
+    def _runs(self, specs: Sequence[JobSpec], now: float | None) -> list[InsertRun]:
+        """``_inserts`` as runs; with enqueue hooks, a run per job (a hook sees each job)."""
+        if self.hooks.enqueue_hooks:
+            return [InsertRun.of(insert) for insert in self._inserts(specs, now)]
+        return to_runs(specs, self.config.max_payload_bytes, now)
 
     def _insert(self, spec: JobSpec, now: float | None = None) -> JobInsert:
         """One job's insert, as ``_batches`` builds them (the workflow paths use it)."""

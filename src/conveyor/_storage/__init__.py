@@ -62,7 +62,7 @@ from .job_types import (
     StagedJob,
     StateCount,
 )
-from .lazy_inserts import LazyInserts
+from .lazy_inserts import InsertRun, LazyInserts
 from .limiter_types import LimiterDeclareParams, LimiterHolder, LimiterRow, LimiterSlotParams
 from .metric_types import (
     DepthPoint,
@@ -163,6 +163,7 @@ __all__ = [
     "FairKey",
     "FairKeyRow",
     "FairWeightSetParams",
+    "InsertRun",
     "JobAck",
     "JobAckManyParams",
     "JobArchiveParams",

@@ -1,6 +1,7 @@
-"""A batch of inserts made as they are read: what lets a PostgreSQL COPY start before
-the whole batch is encoded, so the server inserts the first rows while the client
-validates and encodes the next ones (``postgres/copy_insert.py`` reads it in chunks).
+"""A batch of inserts made as they are read, in runs: what lets a PostgreSQL COPY start
+before the whole batch is encoded, so the server inserts the first rows while the
+client validates and encodes the next ones (``postgres/copy_insert.py`` reads it in
+chunks), and lets it encode the part of a row that a run of jobs shares once.
 
 What a backend must know before the first row (is the batch plain, which queues it
 wakes) is given up front by whoever made it, from the jobs' specs. A job that fails
@@ -11,21 +12,52 @@ validated before the write. Any other use (iterating, ``len`` aside) reads it wh
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
 from .job_types import JobInsert
+from .rows import insert_with_arguments
 
-#: Makes the inserts of jobs ``start`` to ``stop`` (validated and encoded).
-Convert = Callable[[int, int], list[JobInsert]]
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InsertRun:
+    """Jobs alike but for their positional arguments: ``base`` with each of ``args`` as
+    its ``args_json`` in turn (``kwargs_json`` as ``base``'s). ``task.job(...)`` in a
+    loop makes one run, so the shared part of the rows and of the Jobs is made once
+    per run instead of once per job; any other job is a run of one."""
+
+    base: JobInsert
+    args: list[str]
+
+    @classmethod
+    def of(cls, insert: JobInsert) -> InsertRun:
+        return cls(insert, [insert.args_json])
+
+    def inserts(self) -> list[JobInsert]:
+        """The run's jobs, one insert each."""
+        base, args = self.base, self.args
+        if len(args) == 1 and args[0] is base.args_json:
+            return [base]
+        kwargs = base.kwargs_json
+        return [insert_with_arguments(base, text, kwargs) for text in args]
+
+
+#: Makes the runs of jobs ``start`` to ``stop`` (validated and encoded).
+Convert = Callable[[int, int], list[InsertRun]]
 
 
 class LazyInserts(Sequence[JobInsert]):
-    """``count`` inserts, made ``convert(start, stop)`` a chunk at a time, once each."""
+    """``count`` inserts, made ``convert(start, stop)`` a chunk at a time, once each;
+    read as runs (``runs``, what COPY reads) or as inserts."""
 
     def __init__(self, count: int, convert: Convert, *, plain: bool,
                  queues: frozenset[str]) -> None:
         self._count, self._convert = count, convert
+        self._runs: list[InsertRun] = []
+        self._starts: list[int] = []  # the index of each run's first job
+        self._covered = 0
         self._made: list[JobInsert] = []
         #: No job has a unique key, requires labels or has an expiry (the plain paths
         #: take the batch).
@@ -36,10 +68,35 @@ class LazyInserts(Sequence[JobInsert]):
     def __len__(self) -> int:
         return self._count
 
+    def _cover(self, stop: int) -> None:
+        while self._covered < min(stop, self._count):
+            for run in self._convert(self._covered, min(stop, self._count)):
+                self._runs.append(run)
+                self._starts.append(self._covered)
+                self._covered += len(run.args)
+
+    def runs(self, start: int, stop: int) -> list[InsertRun]:
+        """The runs of jobs ``start`` to ``stop``, cut where the range cuts them."""
+        stop = min(stop, self._count)
+        if start >= stop:
+            return []
+        self._cover(stop)
+        first = bisect.bisect_right(self._starts, start) - 1
+        out: list[InsertRun] = []
+        runs, starts = self._runs, self._starts
+        for i in range(first, len(runs)):
+            run, at = runs[i], starts[i]
+            if at >= stop:
+                break
+            lo, hi = max(start - at, 0), min(stop - at, len(run.args))
+            out.append(run if (lo, hi) == (0, len(run.args)) else
+                       InsertRun(run.base, run.args[lo:hi]))
+        return out
+
     def _upto(self, stop: int) -> list[JobInsert]:
         made = self._made
         if len(made) < stop:
-            made += self._convert(len(made), min(stop, self._count))
+            made += [job for run in self.runs(len(made), stop) for job in run.inserts()]
         return made
 
     @overload
@@ -60,6 +117,13 @@ class LazyInserts(Sequence[JobInsert]):
 
     def __iter__(self) -> Iterator[JobInsert]:
         return iter(self._upto(self._count))
+
+
+def runs_of(jobs: Sequence[JobInsert], start: int, stop: int) -> list[InsertRun]:
+    """Jobs ``start`` to ``stop`` as runs: ``LazyInserts``' own, else a run per job."""
+    if isinstance(jobs, LazyInserts):
+        return jobs.runs(start, stop)
+    return [InsertRun.of(job) for job in jobs[start:stop]]
 
 
 def is_plain(jobs: Sequence[JobInsert]) -> bool:

@@ -375,6 +375,53 @@ def _compile_inserted() -> Callable[..., list[Job]]:
     return inserted
 
 
+def _compile_run_jobs() -> Callable[..., list[Job]]:
+    """``jobs_from_run(base, args, ids, state, due, made)``: the Jobs of a run of
+    inserts (``lazy_inserts.InsertRun``) as ``jobs_from_inserts`` makes them, with what
+    they share (all but the id and the arguments) worked out once for the run."""
+    fields = dataclasses.fields(Job)
+    twin = type("_RunTwin", (), {"__slots__": Job.__slots__})
+    env: dict[str, Any] = {"_new": object.__new__, "_Twin": twin, "_Job": Job,
+                           "_Text": JsonText, "_STATES": STATES, "_dt": datetime,
+                           "Timestamps": Timestamps, "_list": JsonText("[]"),
+                           "_dict": JsonText("{}")}
+    shared, each = [], []
+    for f in fields:
+        if f.name == "id":
+            each.append("        o.id = i\n")
+            continue
+        if f.name == "args":
+            each.append("        o.args = _list if a == '[]' else _dict if a == '{}' "
+                        "else _Text(a)\n")
+            continue
+        if f.name in _INSERTED_JSON:
+            value = (f"_list if j.{_INSERTED_JSON[f.name]} == '[]' else _dict if "
+                     f"j.{_INSERTED_JSON[f.name]} == '{{}}' else _Text(j.{_INSERTED_JSON[f.name]})")
+        elif f.name in _INSERTED_FIELDS:
+            value = _INSERTED_FIELDS[f.name]
+        elif f.default is not dataclasses.MISSING:
+            env[f"_d_{f.name}"] = f.default
+            value = f"_d_{f.name}"
+        else:  # pragma: no cover - a new field without a default needs a place above
+            raise RuntimeError(f"inserted Jobs have no value for field {f.name!r}")
+        shared.append(f"    c_{f.name} = {value}\n")
+        each.append(f"        o.{f.name} = c_{f.name}\n")
+    source = ("def jobs_from_run(j, args, ids, s, due, made):\n    ts = Timestamps()\n"
+              + "".join(shared) + "    out = []\n    add = out.append\n"
+              "    for i, a in zip(ids, args, strict=True):\n        o = _new(_Twin)\n"
+              + "".join(each) + "        o.__class__ = _Job\n        add(o)\n    return out\n")
+    exec(source, env)  # generated from Job's own fields, so it follows the model
+    built: Callable[..., list[Job]] = env["jobs_from_run"]
+    return built
+
+
+#: The Jobs of a run of inserts, from what the database assigned them (ids; the state,
+#: due and creation times they share): ``jobs_from_run(base, args, ids, state, due,
+#: made)``, each ``base`` with one of ``args`` as its arguments, as ``jobs_from_inserts``.
+jobs_from_run: Callable[[JobInsert, Sequence[str], Sequence[int], str, Any, Any],
+                        list[Job]] = _compile_run_jobs()
+
+
 #: The Jobs a plain insert wrote, from what was sent and what the database assigned
 #: (ids, states, due and creation times), without reading the rows back:
 #: ``jobs_from_inserts(inserts, ids, states, scheduled, created)``. Arguments, tags and

@@ -59,8 +59,7 @@ async def insert_plain(conn: psycopg.AsyncConnection[Any], queries: Mapping[str,
     a caller's connection (``CALLER_PREPARE``). ``jobs_too``: the Jobs are wanted
     (``jobs_of``); COPY builds them while the server inserts."""
     if len(jobs) >= COPY_MIN_BATCH:
-        return await copy_async(conn, queries, jobs, channel, prepare,
-                                jobs_of if jobs_too else None)
+        return await copy_async(conn, queries, jobs, channel, prepare, jobs_too)
     sql, params = _statement(queries, jobs, channel)
     cur = tuple_cursor(conn)
     await cur.execute(sql, params, prepare=prepare)
@@ -72,7 +71,7 @@ def insert_plain_sync(conn: psycopg.Connection[Any], queries: Mapping[str, str],
                       prepare: bool | None = None, jobs_too: bool = False) -> Inserted:
     """``insert_plain`` on a synchronous connection."""
     if len(jobs) >= COPY_MIN_BATCH:
-        return copy_sync(conn, queries, jobs, channel, prepare, jobs_of if jobs_too else None)
+        return copy_sync(conn, queries, jobs, channel, prepare, jobs_too)
     sql, params = _statement(queries, jobs, channel)
     cur = tuple_cursor_sync(conn)
     return _inserted(cur.execute(sql, params, prepare=prepare).fetchall())

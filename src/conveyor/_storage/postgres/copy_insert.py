@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -34,7 +34,8 @@ from psycopg.rows import tuple_row
 
 from ..._job import Job
 from ..job_types import JobInsert
-from ..lazy_inserts import queues_of
+from ..lazy_inserts import InsertRun, queues_of, runs_of
+from ..rows import jobs_from_run
 
 #: Batches at least this large go through COPY; smaller ones through one INSERT. COPY
 #: takes four round trips (BEGIN, reserve, COPY, COMMIT) where the autocommitted INSERT
@@ -86,7 +87,7 @@ def _prefix(job: JobInsert, state: str, due: int, now: int) -> bytes:
 class Inserted:
     """What the database decided for a plain batch, in input order: ids, states, due
     times, and the creation time they share (the transaction's ``now()``); ``jobs``:
-    the Jobs built while the rows streamed, when asked for (``Build``)."""
+    the Jobs built while the rows streamed, when asked for (``jobs_too``)."""
 
     ids: list[int]
     states: list[str]
@@ -95,63 +96,82 @@ class Inserted:
     jobs: list[Job] | None = field(default=None)
 
 
-#: Builds the Jobs of some inserts from what the database decided for them.
-Build = Callable[[Sequence[JobInsert], Inserted], list[Job]]
-
-
 def encode(jobs: Sequence[JobInsert], ids: Sequence[int], now: datetime) -> tuple[bytes, Inserted]:
     """The COPY BINARY stream of ``jobs`` with these ``ids``, and what it writes."""
-    body, inserted = _encode_rows(jobs, ids, now, {})
+    body, inserted = _encode_runs(runs_of(jobs, 0, len(jobs)), ids, now, {})
     return _HEADER + body + _TRAILER, inserted
 
 
-def _encode_rows(jobs: Sequence[JobInsert], ids: Sequence[int], now: datetime,
+def _due(job: JobInsert, now: datetime, now_us: int) -> tuple[datetime, int]:
+    """When ``job`` is due (the transaction's ``now()`` unless delayed), and in µs."""
+    if job.run_at is None and not job.delay:
+        return now, now_us
+    when = (job.run_at.astimezone(UTC) if job.run_at is not None
+            else now + timedelta(seconds=float(job.delay or 0.0)))
+    return when, _micros(when)
+
+
+def _encode_runs(runs: Sequence[InsertRun], ids: Sequence[int], now: datetime,
                  prefixes: dict[tuple[Any, ...], bytes]) -> tuple[bytes, Inserted]:
-    """The rows of ``jobs`` (no header, no trailer); ``prefixes`` is shared by the
-    chunks of one batch."""
+    """The rows of ``runs`` (no header, no trailer); ``prefixes`` is shared by the
+    chunks of one batch. A run's jobs share their row but for id and arguments."""
     now_us = _micros(now)
     chunks: list[bytes] = []
     append = chunks.append
     states: list[str] = []
     scheduled: list[datetime] = []
-    for job, job_id in zip(jobs, ids, strict=True):
-        if job.run_at is None and not job.delay:
-            due, when = now_us, now
-        else:
-            when = (job.run_at.astimezone(UTC) if job.run_at is not None
-                    else now + timedelta(seconds=float(job.delay or 0.0)))
-            due = _micros(when)
+    at = 0
+    for run in runs:
+        job, count = run.base, len(run.args)
+        when, due = _due(job, now, now_us)
         state = "scheduled" if due > now_us else "available"
-        states.append(state)
-        scheduled.append(when)
+        states += [state] * count
+        scheduled += [when] * count
         key = (job.task, job.queue, job.kwargs_json, job.priority, job.max_attempts,
                job.tags_json, job.meta_json, job.concurrency_key, due)
         prefix = prefixes.get(key)
         if prefix is None:
             prefix = prefixes[key] = _prefix(job, state, due, now_us)
-        args = job.args_json.encode()
-        append(prefix)
-        append(_tail(8, job_id, len(args) + 1))
-        append(b"\x01")
-        append(args)
+        for job_id, text in zip(ids[at:at + count], run.args, strict=True):
+            args = text.encode()
+            append(prefix)
+            append(_tail(8, job_id, len(args) + 1))
+            append(b"\x01")
+            append(args)
+        at += count
+    if at != len(ids):
+        raise ValueError(f"{len(ids)} ids for {at} rows")
     return b"".join(chunks), Inserted(list(ids), states, scheduled, now)
 
 
+def _jobs(runs: Sequence[InsertRun], inserted: Inserted) -> list[Job]:
+    """The Jobs of ``runs`` as ``inserted`` says the database wrote them."""
+    out: list[Job] = []
+    at = 0
+    for run in runs:
+        count = len(run.args)
+        out += jobs_from_run(run.base, run.args, inserted.ids[at:at + count],
+                             inserted.states[at], inserted.scheduled[at], inserted.now)
+        at += count
+    return out
+
+
 def _stream(jobs: Sequence[JobInsert], ids: Sequence[int], now: datetime,
-            done: Inserted, build: Build | None) -> Iterator[bytes]:
+            done: Inserted) -> Iterator[bytes]:
     """The COPY stream in chunks; ``done`` gathers what each chunk wrote, and its Jobs
-    (``build``) once the chunk is handed to the server: built while the server inserts."""
+    (when ``done.jobs`` is a list) once the chunk is handed to the server: built
+    while the server inserts."""
     prefixes: dict[tuple[Any, ...], bytes] = {}
     yield _HEADER
     for start in range(0, len(jobs), CHUNK):
-        part = jobs[start:start + CHUNK]
-        data, inserted = _encode_rows(part, ids[start:start + CHUNK], now, prefixes)
+        runs = runs_of(jobs, start, start + CHUNK)
+        data, inserted = _encode_runs(runs, ids[start:start + CHUNK], now, prefixes)
         yield data
         done.ids += inserted.ids
         done.states += inserted.states
         done.scheduled += inserted.scheduled
-        if build is not None and done.jobs is not None:
-            done.jobs += build(part, inserted)
+        if done.jobs is not None:
+            done.jobs += _jobs(runs, inserted)
     yield _TRAILER
 
 
@@ -161,39 +181,39 @@ def _reserve_values(jobs: Sequence[JobInsert], channel: str) -> dict[str, Any]:
 
 async def copy_async(conn: psycopg.AsyncConnection[Any], queries: Mapping[str, str],
                      jobs: Sequence[JobInsert], channel: str,
-                     prepare: bool | None = None, build: Build | None = None) -> Inserted:
+                     prepare: bool | None = None, jobs_too: bool = False) -> Inserted:
     """Copy ``jobs`` in one transaction: its own on an autocommit connection (a pooled
     one), else the one the connection is in or implicitly begins (a caller's, which the
     caller commits or rolls back: ``transaction()`` there would commit on its own).
-    ``build``: the Jobs too, in ``Inserted.jobs``."""
+    ``jobs_too``: the Jobs too, in ``Inserted.jobs``."""
     async with conn.transaction() if conn.autocommit else contextlib.nullcontext():
         cur = conn.cursor(row_factory=tuple_row)
         await cur.execute(queries["job_reserve_ids"], _reserve_values(jobs, channel),
                           prepare=prepare)
         row = await cur.fetchone()
         assert row is not None
-        done = _started(row[0], build)
+        done = _started(row[0], jobs_too)
         async with cur.copy(queries["job_copy_plain"]) as copy:
-            for data in _stream(jobs, sorted(row[1]), row[0], done, build):
+            for data in _stream(jobs, sorted(row[1]), row[0], done):
                 await copy.write(data)
     return done
 
 
 def copy_sync(conn: psycopg.Connection[Any], queries: Mapping[str, str],
               jobs: Sequence[JobInsert], channel: str, prepare: bool | None = None,
-              build: Build | None = None) -> Inserted:
+              jobs_too: bool = False) -> Inserted:
     """``copy_async`` on a synchronous connection."""
     with conn.transaction() if conn.autocommit else contextlib.nullcontext():
         cur = conn.cursor(row_factory=tuple_row)
         row = cur.execute(queries["job_reserve_ids"], _reserve_values(jobs, channel),
                           prepare=prepare).fetchone()
         assert row is not None
-        done = _started(row[0], build)
+        done = _started(row[0], jobs_too)
         with cur.copy(queries["job_copy_plain"]) as copy:
-            for data in _stream(jobs, sorted(row[1]), row[0], done, build):
+            for data in _stream(jobs, sorted(row[1]), row[0], done):
                 copy.write(data)
     return done
 
 
-def _started(now: datetime, build: Build | None) -> Inserted:
-    return Inserted([], [], [], now, [] if build is not None else None)
+def _started(now: datetime, jobs_too: bool) -> Inserted:
+    return Inserted([], [], [], now, [] if jobs_too else None)

@@ -327,19 +327,24 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         unsubscribe = self._storage.wake_subscribe(self._on_wake)
-        restore = install_stop_signals(self.request_stop)
-        await self._start_services()
-        if self._handoff is not None:  # a child killed at a hard time limit: before claims
-            try:
-                for ack in await settle(self._handoff, self._storage, self.executor,
-                                        self._executions):
-                    self._push(ack)
-            except Exception as exc:  # the rescuer brings them back when their leases expire
-                log.error("could not settle the jobs of the killed process: %s", exc)
-            await self.acker.run_once()
-        log.info("worker %s started on queues %s", self.node_id, dict(self.config.queues))
-        self.started.set()
+        restore: Callable[[], None] | None = None
+        begun: list[Service] = []  # services whose start() ran (all at once): to stop
+        # Every way out after the subscription undoes it, a failed start (the database
+        # down) too: no signal handlers left installed, no wake-up subscriber leaked.
         try:
+            restore = install_stop_signals(self.request_stop)
+            begun = self.services
+            await self._start_services()
+            if self._handoff is not None:  # a child killed at a hard time limit: before claims
+                try:
+                    for ack in await settle(self._handoff, self._storage, self.executor,
+                                            self._executions):
+                        self._push(ack)
+                except Exception as exc:  # the rescuer brings them back when their leases expire
+                    log.error("could not settle the jobs of the killed process: %s", exc)
+                await self.acker.run_once()
+            log.info("worker %s started on queues %s", self.node_id, dict(self.config.queues))
+            self.started.set()
             async with asyncio.TaskGroup() as group:
                 # the claims first: the services' passes do not delay the first jobs
                 self._claiming = [group.create_task(producer.run(self._stopping))
@@ -352,9 +357,10 @@ class Worker:
                 group.create_task(self._shutdown_when_stopping())
         finally:
             unsubscribe()
-            restore()
+            if restore is not None:
+                restore()
             self.executor.shutdown()
-            for service in reversed(self.services):
+            for service in reversed(begun):
                 try:
                     await service.stop()
                 except Exception as exc:  # the database may be away at exit: logged, not raised
@@ -364,13 +370,15 @@ class Worker:
     async def _start_services(self) -> None:
         """Every service's ``start()``, at the same time (they are independent, and each
         is a round trip or two): the first claim waits for the slowest, not the sum. The
-        first failure is raised as it is, the other starts cancelled."""
+        first failure is raised as it is, the other starts cancelled and waited for, so
+        that no start still runs when ``run()`` stops the services."""
         starts = [asyncio.ensure_future(service.start()) for service in self.services]
         try:
             await asyncio.gather(*starts)
         except BaseException:
             for start in starts:
                 start.cancel()
+            await asyncio.gather(*starts, return_exceptions=True)
             raise
 
     async def _shutdown_when_stopping(self) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import functools
 import json
 import logging
@@ -13,12 +12,11 @@ import random
 import socket
 import time
 import traceback
-from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 from .. import _payload
-from .._context import JobContext, reset_current, set_current
+from .._context import reset_current, set_current
 from .._errors import Cancel, Discard, Snooze, TaskTimedOut, Throttle
 from .._job import Job, JobState
 from .._payload_types import DEFAULT_CODEC, ArgumentsError
@@ -26,12 +24,12 @@ from .._registry import Registry
 from .._storage import JobAck, make_ack
 from .._task import Task
 from .._task_retry import QueueBackoff, discard_reason, task_delay
+from .execution import Execution as Execution  # its home; still imported from here
 from .hardlimit import HardLimit, run_in_thread
 
 log = logging.getLogger("conveyor.job")
 MAX_DELAY = _payload.MAX_DELAY_SECONDS
 
-StopReason = Literal["cancel", "shutdown", "lost"]
 #: A job of a task this worker does not know goes back after at least this long ...
 UNKNOWN_TASK_MIN_DELAY = 1.0
 #: ... growing with the time it has waited, up to this (seconds).
@@ -41,43 +39,6 @@ UNKNOWN_TASK_MAX_DELAY = 60.0
 def default_backoff(attempt: int) -> float:
     """Exponential with a floor: about 16 s, 31 s, 96 s, 4.5 min ... capped at one day."""
     return float(min(15 + attempt**4, 86_400))
-
-
-@dataclasses.dataclass(slots=True)
-class Execution:
-    """One attempt in flight; the worker may stop it for a cancel, shutdown or lost lease."""
-
-    job: Job
-    ctx: JobContext
-    task: asyncio.Task[JobAck | None] | None = None
-    stop_reason: StopReason | None = None
-    handler_is_async: bool = True
-    #: Seconds the handler asked its queue to back off (``raise Throttle``), and where:
-    #: "node" (this worker's fetch) or "queue" (every worker, through the database).
-    throttle: float | None = None
-    throttle_scope: str = "node"
-    #: The handler returned (with ``result``), even if a stop came in after that.
-    returned: bool = False
-    result: Any = None
-    started: float = dataclasses.field(default_factory=time.monotonic)
-    #: Seconds the attempt ran, once it is over.
-    run_time: float | None = None
-    #: The handler's arguments, decoded from the job's (``call_arguments``).
-    args: Sequence[Any] = ()
-    kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def stop(self, reason: StopReason) -> None:
-        if self.stop_reason is None:
-            self.stop_reason = reason
-        self.ctx._cancel.set()
-        # A sync handler's thread cannot be interrupted: it sees ctx.cancelled, and we
-        # wait for its return, except at shutdown, where the job is given back at once.
-        if self.task is not None and (self.handler_is_async or reason == "shutdown"):
-            self.task.cancel()
-
-    def log_extra(self) -> dict[str, Any]:
-        j = self.job
-        return {"job_id": j.id, "task": j.task, "queue": j.queue, "attempt": j.attempt}
 
 
 def _cancelled_from_outside() -> bool:

@@ -1,5 +1,6 @@
 """A worker process's runtime: producers, executions, acker and a list of services,
-and a graceful shutdown that gives unfinished jobs back without using an attempt.
+and a graceful shutdown (``shutdown.py``) that gives unfinished jobs back without using
+an attempt.
 
 The worker gets a ``Registry`` (tasks, schedules, hooks, settings), never the app.
 Every write goes through an ``ObservedStorage`` view attributed to "worker": that view
@@ -32,7 +33,8 @@ from .archiver import Archiver
 from .chunks import ChunkCall, Chunker, chunk_tasks
 from .cooldown import Cooldowns
 from .cron import CronScheduler
-from .executor import Execution, Executor
+from .execution import Execution
+from .executor import Executor
 from .expirer import Expirer
 from .handoff import read_handoff, settle
 from .hardlimit import Watchdog
@@ -46,6 +48,7 @@ from .queue_settings import QueueSettings
 from .recycler import Recycler
 from .rescuer import Rescuer
 from .service import Service
+from .shutdown import GracefulShutdown
 from .signals import install_stop_signals
 from .stager import Stager
 from .vacuumer import VacuumConfig, Vacuumer
@@ -72,7 +75,7 @@ def spawn(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
 _EAGER = sys.version_info >= (3, 12)
 
 
-class Worker:
+class Worker(GracefulShutdown):
     """Example: ``await Worker(app.registry, await app.storage(), WorkerConfig()).run()``"""
 
     def __init__(self, registry: Registry, storage: Storage, config: WorkerConfig) -> None:
@@ -288,27 +291,6 @@ class Worker:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def request_stop(self) -> None:
-        """Stop fetching; running jobs get up to shutdown_timeout to finish."""
-        if not self._stopping.is_set():
-            log.info("stopping: no new jobs; waiting up to %ss for running ones",
-                     self.config.shutdown_timeout)
-            self._stopping.set()
-            self.shutdown_signal.set()  # handlers see it now, not at shutdown_timeout
-            if self.chunker is not None:  # gathering chunks run now, with what they have
-                self.chunker.fire_all()
-            for producer in self.producers.values():
-                producer.wake()
-
-    def recycle(self, reason: str, at_once: bool = False) -> None:
-        """Stop to be replaced by a fresh process: drain as on SIGTERM, or, ``at_once``
-        (a hard time limit), give every running job back now without using an attempt."""
-        if self.recycled is None or at_once:
-            log.warning("recycling this worker process (%s)", reason)
-            self.recycled = reason
-        self._at_once = self._at_once or at_once
-        self.request_stop()
-
     def _on_wake(self, queue: str) -> None:
         def wake() -> None:
             if queue == "*":
@@ -380,43 +362,3 @@ class Worker:
                 start.cancel()
             await asyncio.gather(*starts, return_exceptions=True)
             raise
-
-    async def _shutdown_when_stopping(self) -> None:
-        await self._stopping.wait()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (0.0 if self._at_once else self.config.shutdown_timeout)
-        if self._claiming:
-            # A claim already on its way when the stop came starts its jobs after this
-            # point; taken before it returned, the list below would miss them, and they
-            # would stay "running" after the exit until a rescuer found them.
-            await asyncio.wait(self._claiming, timeout=self.config.shutdown_timeout)
-        running = [ex.task for ex in self._executions.values() if ex.task is not None]
-        if running:
-            _, late = await asyncio.wait(running, timeout=max(0.0, deadline - loop.time()))
-            if late:
-                log.warning("%d job(s) still running at the shutdown timeout; "
-                            "returning them to the queue", len(late))
-                for ex in list(self._executions.values()):
-                    if ex.task in late:
-                        ex.stop("shutdown")
-                await asyncio.wait(late, timeout=5)
-        await asyncio.sleep(0)
-        self._services_stop.set()
-        await self.acker.drain()
-
-    async def _watch_burst(self) -> None:
-        """Burst mode: stop once due jobs are staged and every queue stays empty."""
-        quiet = 0
-        while not self._stopping.is_set():
-            await asyncio.sleep(0.05)
-            busy = self._executions or self.acker.pending
-            if busy or not all(p.idle for p in self.producers.values()):
-                quiet = 0
-                continue
-            if quiet == 0:
-                await self.stager.run_once()
-                for producer in self.producers.values():
-                    producer.wake()
-            quiet += 1
-            if quiet >= 4:
-                self.request_stop()

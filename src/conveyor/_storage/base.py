@@ -1,23 +1,23 @@
 """What every backend shares: the Storage methods that are one statement with the same
 parameters and the same decoding on any database, written once.
 
-A backend subclasses ``BaseStorage`` and supplies its connection handling through four
-small methods (``_read``, ``_write``, ``_filter_values``, ``_change_matching``) and a
-few class constants, then writes only what truly differs: opening, migrating, the batch
-paths (insert, claim, ack, heartbeat) and the calls that need a transaction of several
-statements. The unique-insert merge lives in ``unique.py``, the migration check in
-``schema.py``, row decoding in ``rows.py`` and the testing toolkit's methods in
-``toolkit.py`` (inherited), each used by both backends.
+A backend subclasses ``BaseStorage`` and supplies its connection handling through a few
+small methods (``_read``, ``_write``, ``_filter_values`` ...: the contract is in
+``hooks.py``, which ``BaseStorage`` inherits) and a few class constants, then writes
+only what truly differs: opening, migrating, the batch paths (insert, claim, ack,
+heartbeat) and the calls that need a transaction of several statements. The
+unique-insert merge lives in ``unique.py``, the migration check in ``schema.py``, row
+decoding in ``rows.py`` and the testing toolkit's methods in ``toolkit.py``
+(inherited), each used by both backends.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from abc import abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, cast
+from typing import Any, cast
 
 from .._errors import unique_held
 from .._job import DISCARDABLE_FROM, FINAL_STATES, RETRYABLE_FROM, Job, JobState, loads
@@ -25,6 +25,8 @@ from .control_types import (
     JobPruneParams,
 )
 from .edit_types import JobEdit, JobEditParams
+from .hooks import BackendHooks
+from .hooks import Row as Row  # its home is hooks.py; the backends import it from here
 from .job_types import (
     FailureGroup,
     JobArchiveParams,
@@ -45,104 +47,12 @@ from .job_types import (
     StagedJob,
     StateCount,
 )
-from .protocol import Capabilities
-from .rows import job_from_row, jobs_from_rows, ts
-from .schema import TableDeadRows, load_queries
-from .toolkit import ToolkitStorage
-from .wake import WakeCallback, WakeHub
-
-#: A database row read by column name (``sqlite3.Row`` or a psycopg dict row).
-Row = Any
+from .rows import ts
+from .schema import TableDeadRows
 
 
-class BaseStorage(ToolkitStorage):
+class BaseStorage(BackendHooks):
     """The shared half of a backend; see the module docstring for what a backend adds."""
-
-    #: "sqlite" or "postgres": picks the SQL files and names the capabilities.
-    dialect: ClassVar[str]
-    #: JSON columns arrive as text (SQLite) rather than decoded by the driver.
-    json_text: ClassVar[bool]
-    #: True when statements do not wake other producers themselves (no NOTIFY): the
-    #: storage then tells the in-process hub which queues may have ready jobs.
-    wake_locally: ClassVar[bool]
-    #: The driver's error for a unique index violation (another live job holds the key).
-    unique_violation: ClassVar[type[Exception]]
-
-    def __init__(self, hub: WakeHub, poll_interval: float) -> None:
-        self._hub = hub
-        self._q = load_queries(self.dialect)
-        self._capabilities = Capabilities(dialect=self.dialect, poll_interval=poll_interval,
-                                          remote_finish_wakes=not self.wake_locally)
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self._capabilities
-
-    # -- what a backend supplies -------------------------------------------------------
-
-    @abstractmethod
-    async def _read(self, name: str, values: Mapping[str, Any]) -> list[Row]:
-        """Run one named read-only statement; its rows."""
-
-    @abstractmethod
-    async def _write(self, name: str, values: Mapping[str, Any]) -> list[Row]:
-        """Run one named statement in its own write transaction; its rows."""
-
-    @abstractmethod
-    def _time(self, value: datetime) -> Any:
-        """A datetime as this backend's timestamp parameter."""
-
-    @abstractmethod
-    def _filter_values(self, f: JobFilter) -> dict[str, Any]:
-        """A JobFilter as this dialect's statement parameters."""
-
-    @abstractmethod
-    async def _change_matching(self, params: JobBulkParams, allowed: Sequence[JobState],
-                               update: str, extra: Mapping[str, Any]) -> list[JobChanged]:
-        """Pick up to ``params.limit`` jobs in ``allowed`` states matching the filter and
-        apply ``update`` to them, in one transaction; the jobs it changed."""
-
-    @abstractmethod
-    async def _move(self, pick: str, then: Sequence[str],
-                    values: Mapping[str, Any]) -> tuple[list[Row], list[Row]]:
-        """In one write transaction: run ``pick`` (its rows have an ``id``), then each of
-        ``then`` with those ids as ``ids``; the picked rows and the last statement's rows
-        (nothing runs after an empty pick). Rows move between the hot table and history
-        this way."""
-
-    # -- helpers -------------------------------------------------------------------------
-
-    def _woke(self, queues: Iterable[str]) -> None:
-        """Jobs may be ready in these queues ("*": any)."""
-        if self.wake_locally:
-            for queue in set(queues):
-                self._hub.notify(queue)
-
-    def _finished(self) -> None:
-        """Jobs reached a final state: wake this process's waiters (where statements
-        do not NOTIFY). Nobody waiting costs one attribute read."""
-        if self.wake_locally and self._hub.finished.has_subscribers:
-            self._hub.finished.notify("")
-
-    def _jobs(self, rows: Iterable[Row]) -> list[Job]:
-        """Decoded in one pass (column positions and timestamps worked out once, not per
-        row): a workflow page reads 10,000 rows at a time."""
-        rows = list(rows)
-        if not rows:
-            return []
-        columns = list(rows[0].keys())
-        values = ([list(r.values()) for r in rows] if isinstance(rows[0], dict)
-                  else [tuple(r) for r in rows])
-        return jobs_from_rows(columns, values, self.json_text)
-
-    def _one(self, rows: list[Row]) -> Job | None:
-        return job_from_row(rows[0], self.json_text) if rows else None
-
-    def wake_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
-        return self._hub.subscribe(callback)
-
-    def finish_subscribe(self, callback: WakeCallback) -> Callable[[], None]:
-        return self._hub.finished.subscribe(callback)
 
     # -- jobs ----------------------------------------------------------------------------
 

@@ -401,3 +401,46 @@ def test_a_database_that_refuses_connections_is_reported_at_once_then_recovers(
 def test_bad_channel_is_rejected() -> None:
     with pytest.raises(ValueError, match="channel"):
         PostgresStorage(PostgresConfig(SOME_URL, channel="x; DROP TABLE y"), WakeHub())
+
+
+def test_times_come_back_in_utc_whatever_the_servers_zone(postgres_admin_url: str) -> None:
+    """Conveyor's sessions run in UTC: under a database whose zone is a named one, a
+    Job's times (enqueued, read back, claimed by a worker, through the sync enqueue's own
+    connections too) are ``datetime.UTC``-aware, as on SQLite, and the same instants."""
+    from conveyor import Conveyor, WorkerConfig, current_job
+
+    with scratch_database(postgres_admin_url, "zone") as db_url:
+        name = psycopg.conninfo.conninfo_to_dict(db_url)["dbname"]
+        with psycopg.connect(postgres_admin_url, autocommit=True) as admin:
+            admin.execute(sql.SQL("ALTER DATABASE {} SET timezone TO 'America/New_York'")
+                          .format(sql.Identifier(str(name))))
+        with psycopg.connect(db_url) as probe:
+            assert probe.execute("SHOW timezone").fetchone() == ("America/New_York",)
+        app = Conveyor(db_url)
+        seen: list[tuple[datetime | None, ...]] = []
+        try:
+            app.migrate()
+
+            @app.task
+            def record(i: int) -> None:
+                running = current_job().job
+                seen.append((running.created_at, running.scheduled_at, running.attempted_at))
+
+            before = datetime.now(UTC)
+            job = record.enqueue(1)
+            bulk = app.enqueue_many([record.job(i) for i in range(300)])  # COPY
+            later = record.options(delay=60).enqueue(2)
+            for made in (job, bulk[0], bulk[-1], later):
+                stored = app.get_job(made.id)
+                assert stored is not None
+                for value in (made.created_at, made.scheduled_at, stored.created_at,
+                              stored.scheduled_at):
+                    assert value.tzinfo is UTC, value
+                assert stored.created_at == made.created_at
+            assert abs(job.created_at - before) < timedelta(minutes=5)
+            assert later.scheduled_at - later.created_at == timedelta(seconds=60)
+            asyncio.run(app.run_worker(config=WorkerConfig(queues={"default": 10}, burst=True)))
+            assert len(seen) == 301
+            assert all(t is not None and t.tzinfo is UTC for row in seen for t in row)
+        finally:
+            app.close()

@@ -134,8 +134,30 @@ def _lenient_loads(data: str | bytes) -> Any:
     return loads(text)
 
 
+#: The session time zone of Conveyor's connections. Times are instants either way, but
+#: psycopg makes a ``timestamptz`` in the session's zone: under a named zone (a server
+#: initialised on a host in ``Etc/UTC`` reports that name) each value costs a zoneinfo
+#: conversion, 1.6 µs on CPython 3.13 against 0.3 µs in ``UTC`` (``datetime.UTC``), and
+#: a claim reads four per job. In UTC a Job's times are ``datetime.UTC``-aware, as
+#: SQLite's are; the SQL never depends on the session's zone (it names 'UTC' itself).
+SESSION_TIME_ZONE = b"UTC"
+_SET_TIME_ZONE = "SET TIME ZONE 'UTC'"
+
+
+def _needs_utc(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    return conn.pgconn.parameter_status(b"TimeZone") != SESSION_TIME_ZONE
+
+
 async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(_lenient_loads, conn)
+    if _needs_utc(conn):  # a round trip once per connection, only where it is needed
+        await conn.execute(_SET_TIME_ZONE)
+
+
+def configure_blocking(conn: psycopg.Connection[Any]) -> None:
+    """``configure`` for a synchronous connection of Conveyor's own."""
+    if _needs_utc(conn):
+        conn.execute(_SET_TIME_ZONE)
 
 
 class PooledConnection(psycopg.AsyncConnection[DictRow]):

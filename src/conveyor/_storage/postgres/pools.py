@@ -38,6 +38,7 @@ from .connection import (
     PooledConnection,
     PostgresConfig,
     configure,
+    configure_blocking,
     connect_kwargs,
     is_pooler_error,
     pooler_detected_message,
@@ -115,9 +116,15 @@ class PostgresPools(FairStorage):
     # -- connections and what BaseStorage asks for -----------------------------------------
 
     def _connect_blocking(self) -> psycopg.Connection[Any]:
-        return BlockingConnection.connect(self._config.url, **{
+        conn = BlockingConnection.connect(self._config.url, **{
             **connect_kwargs(self._config),
             "prepare_threshold": prepare_threshold(self._config, 1)})
+        try:
+            configure_blocking(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
 
     def _fresh_blocking(self, conn: psycopg.Connection[Any]) -> bool:
         """A free sync connection is fit for use: the server has not hung up on it

@@ -53,10 +53,9 @@ class DatabaseDown(Service):
 
 def test_a_failed_start_undoes_the_signals_the_wake_up_and_the_started_services(
         app: Conveyor, caplog: pytest.LogCaptureFixture) -> None:
-    # A loop of its own, not asyncio.run(): that one puts its own SIGINT handler in place,
-    # which the loop's remove_signal_handler (install_stop_signals' undo) does not put
-    # back (it resets SIGINT to Python's default) whatever way run() ends; here the
-    # handlers before are the process's own, so that "as before" is exact.
+    # A loop of its own, not asyncio.run(): the handlers before are the process's own
+    # (asyncio.run()'s SIGINT handler, and the loop's own handlers, put back after a
+    # worker run: tests/test_worker_signals.py).
     before = {sig: signal.getsignal(sig) for sig in SIGNALS}
     loop = asyncio.new_event_loop()
     try:

@@ -1,5 +1,10 @@
-"""The SQLite backend: ``storage.py`` (the Storage), ``connection.py`` (its thread and
-connections), ``batch.py`` (executemany paths), ``sql/`` and ``migrations/``."""
+"""The SQLite backend, one Storage in two links: ``file.py`` (``SQLiteFile``: the
+storage thread and the sync API's own connections, how a named statement runs, opening,
+closing, migrations and health), then ``storage.py`` (``SQLiteStorage``: the batch paths
+and the calls of several statements in one transaction). Beside them ``connection.py``
+(the thread, the connections and the write lock), ``batch.py`` (executemany paths),
+``workflow.py`` (the workflow steps' driver), ``fair.py`` (the fair claim), ``sql/``,
+``testing.sql`` and ``migrations/``."""
 
 from .connection import SQLiteConfig
 from .storage import SQLiteStorage

@@ -21,8 +21,9 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from ..._job import Job
+from ..inserted import jobs_from_inserts
 from ..job_types import JobAck, JobInsert
-from ..rows import claimed_from_datetimes, jobs_from_inserts, plain_completed
+from ..rows import claimed_from_datetimes, plain_completed
 from .connection import tuple_cursor, tuple_cursor_sync
 from .copy_insert import COPY_MIN_BATCH, Inserted, copy_async, copy_sync
 

@@ -33,9 +33,9 @@ import psycopg
 from psycopg.rows import tuple_row
 
 from ..._job import Job
+from ..inserted import jobs_from_run
 from ..job_types import JobInsert
 from ..lazy_inserts import InsertRun, queues_of, runs_of
-from ..rows import jobs_from_run
 
 #: Batches at least this large go through COPY; smaller ones through one INSERT. COPY
 #: takes four round trips (BEGIN, reserve, COPY, COMMIT) where the autocommitted INSERT

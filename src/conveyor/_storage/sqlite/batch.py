@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..._job import Job
+from ..inserted import jobs_from_inserts
 from ..job_types import JobAck, JobInsert
-from ..rows import Timestamps, jobs_from_inserts, plain_completed
+from ..rows import Timestamps, plain_completed
 
 T = TypeVar("T")
 

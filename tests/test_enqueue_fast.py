@@ -494,3 +494,59 @@ def test_lazy_runs_read_in_any_cut_are_the_batch_inserts() -> None:
         assert [j.args_json for r in lazy.runs(100, 103) for j in r.inserts()] == [
             j.args_json for j in flat[100:103]]
     assert [j for r in runs_of(flat, 2, 9) for j in r.inserts()] == flat[2:9]
+
+
+def test_several_batches_keep_their_runs_and_are_all_made_first(db_url: str) -> None:
+    """A call larger than ``max_batch`` is validated whole before its first batch is
+    written (a refused job at the end writes nothing), then written batch by batch with
+    its runs cut at the batches' edges: the Jobs match what is stored, in input order,
+    through the sync and async APIs."""
+    app = Conveyor(db_url, config=ConveyorConfig(max_batch=260))
+    try:
+        @app.task
+        def noop(i: int, *, label: str = "") -> None: ...
+
+        @app.task(queue="other", unique=Unique())
+        def once(i: int) -> None: ...
+
+        specs: list[Any] = [noop.job(i) for i in range(300)]
+        specs += [noop.job(i, label="k") for i in range(5)] + [once.job(1), once.job(2)]
+        specs += [noop.options(priority=2).job(i) for i in range(400)]
+        with pytest.raises(TypeError):
+            app.enqueue_many([*specs, noop.job(object())])
+        with pytest.raises(TypeError):
+            asyncio.run(app.enqueue_many_async([*specs, noop.job(object())]))
+        assert sum(app.count_jobs().values()) == 0
+        jobs = app.enqueue_many(specs)
+        later = asyncio.run(app.enqueue_many_async(specs))
+        ids = app.enqueue_many_ids(specs)
+        assert len(jobs) == len(later) == len(ids) == len(specs)
+        for spec, job in zip(specs, jobs + later, strict=False):
+            stored = app.get_job(job.id)
+            assert stored is not None and _comparable(stored) == _comparable(job)
+            assert (job.args, job.kwargs) == (list(spec.args), spec.kwargs)
+        fresh = [j.id for j in jobs if j.task == "noop"]
+        assert fresh == sorted(fresh) and later[305].id == jobs[305].id  # unique: kept
+        assert sum(app.count_jobs().values()) == 3 * (len(specs) - 2) + 2
+    finally:
+        app.close()
+
+
+def test_made_batches_cut_runs_at_the_batch_size() -> None:
+    from conveyor._storage import InsertRun, made_batches
+    from conveyor._storage.lazy_inserts import runs_of
+
+    def insert(queue: str, unique: str | None = None) -> JobInsert:
+        return make_insert(task="t", queue=queue, args_json="[0]", kwargs_json="{}",
+                           priority=0, max_attempts=3, tags_json="[]", meta_json="{}",
+                           unique_key=unique, unique_states=",available," if unique else None)
+
+    runs = [InsertRun(insert("a"), [f"[{i}]" for i in range(7)]), InsertRun.of(insert("b", "k")),
+            InsertRun(insert("c"), [f"[{i}]" for i in range(12)])]
+    flat = [job for run in runs for job in run.inserts()]
+    batches = made_batches(runs, 5)
+    assert [len(b) for b in batches] == [5, 5, 5, 5]
+    assert [job for b in batches for job in b] == flat
+    assert [job for b in batches for r in runs_of(b, 0, len(b)) for job in r.inserts()] == flat
+    assert [(b.plain, sorted(b.queues)) for b in batches] == [
+        (True, ["a"]), (False, ["a", "b", "c"]), (True, ["c"]), (True, ["c"])]

@@ -18,6 +18,7 @@ from .._storage import (
     JobSearchParams,
     LazyInserts,
     Storage,
+    made_batches,
 )
 from .._task import JobSpec
 from .._task_inserts import to_inserts, to_runs
@@ -46,7 +47,8 @@ class JobsApp(ResultsApp):
         ``lazy`` (a write of the app's own, not in a caller's transaction): on
         PostgreSQL one batch of several jobs is made as the COPY reads it
         (``LazyInserts``), so the server inserts while the rest is encoded; a job
-        refused then aborts the COPY, and nothing is written either."""
+        refused then aborts the COPY, and nothing is written either. Several batches
+        are all made first (a refused job writes none of them), and keep their runs."""
         if isinstance(specs, JobSpec) or not isinstance(specs, Sequence):
             raise TypeError("enqueue_many takes a list of jobs built with task.job(...)")
         for spec in specs:
@@ -54,8 +56,10 @@ class JobsApp(ResultsApp):
                 raise TypeError(f"expected a job built with task.job(...), got {spec!r}")
         now = self.clock.time() if self.clock is not None else None
         size = self.config.max_batch
-        if lazy and self.dialect == "postgres" and 1 < len(specs) <= size:
-            return [self._lazy(specs, now)]
+        if self.dialect == "postgres" and len(specs) > 1:
+            if lazy and len(specs) <= size:
+                return [self._lazy(specs, now)]
+            return list(made_batches(self._runs(specs, now), size))  # runs kept for COPY
         inserts = self._inserts(specs, now)
         return [inserts[i:i + size] for i in range(0, len(inserts), size)]
 

@@ -62,7 +62,7 @@ from .job_types import (
     StagedJob,
     StateCount,
 )
-from .lazy_inserts import InsertRun, LazyInserts
+from .lazy_inserts import InsertRun, LazyInserts, made_batches
 from .limiter_types import LimiterDeclareParams, LimiterHolder, LimiterRow, LimiterSlotParams
 from .metric_types import (
     DepthPoint,
@@ -234,6 +234,7 @@ __all__ = [
     "load_migrations",
     "load_queries",
     "loads",
+    "made_batches",
     "make_ack",
     "make_insert",
     "make_job",

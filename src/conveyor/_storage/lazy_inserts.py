@@ -119,6 +119,39 @@ class LazyInserts(Sequence[JobInsert]):
         return iter(self._upto(self._count))
 
 
+def made_batches(runs: Sequence[InsertRun], size: int) -> list[LazyInserts]:
+    """``runs``, made already (every job validated), cut in batches of at most ``size``
+    jobs that keep their runs for COPY; whether each batch is plain and which queues it
+    wakes are read from its runs' bases (a run's jobs share all but their arguments)."""
+    parts: list[list[InsertRun]] = [[]]
+    room = size
+    for run in runs:
+        args = run.args
+        while args:
+            if room == 0:
+                parts.append([])
+                room = size
+            take, args = args[:room], args[room:]
+            parts[-1].append(run if len(take) == len(run.args) else InsertRun(run.base, take))
+            room -= len(take)
+    return [_made(part) for part in parts if part]
+
+
+def _made(runs: list[InsertRun]) -> LazyInserts:
+    bases = [run.base for run in runs]
+
+    def convert(start: int, stop: int) -> list[InsertRun]:  # pragma: no cover - all made
+        raise AssertionError("a batch of made runs has nothing left to make")
+
+    batch = LazyInserts(sum(len(run.args) for run in runs), convert,
+                        plain=is_plain(bases), queues=frozenset(b.queue for b in bases))
+    for run in runs:
+        batch._runs.append(run)
+        batch._starts.append(batch._covered)
+        batch._covered += len(run.args)
+    return batch
+
+
 def runs_of(jobs: Sequence[JobInsert], start: int, stop: int) -> list[InsertRun]:
     """Jobs ``start`` to ``stop`` as runs: ``LazyInserts``' own, else a run per job."""
     if isinstance(jobs, LazyInserts):

@@ -513,9 +513,9 @@ def test_several_batches_keep_their_runs_and_are_all_made_first(db_url: str) -> 
         specs += [noop.job(i, label="k") for i in range(5)] + [once.job(1), once.job(2)]
         specs += [noop.options(priority=2).job(i) for i in range(400)]
         with pytest.raises(TypeError):
-            app.enqueue_many([*specs, noop.job(object())])
+            app.enqueue_many([*specs, noop.job(object())])  # type: ignore[arg-type]
         with pytest.raises(TypeError):
-            asyncio.run(app.enqueue_many_async([*specs, noop.job(object())]))
+            asyncio.run(app.enqueue_many_async([*specs, noop.job(object())]))  # type: ignore[arg-type]
         assert sum(app.count_jobs().values()) == 0
         jobs = app.enqueue_many(specs)
         later = asyncio.run(app.enqueue_many_async(specs))

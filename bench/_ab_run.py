@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if not result.get("exactly_once", True) or not isinstance(value, int | float) or value <= 0:
         print(f"the run did not measure this commit: exactly_once="
               f"{result.get('exactly_once')}, jobs_per_s={value}, worker_exit="
-              f"{result.get('worker_exit')}", file=sys.stderr)
+              f"{result.get('worker_exit')}, outcomes={result.get('outcomes')}, "
+              f"handler_calls={result.get('handler_calls')}, acked={result.get('acked')}",
+              file=sys.stderr)
         return CANNOT_DRIVE
     result.pop("table", None)
     print(RESULT_PREFIX + json.dumps({"value": float(value), "library": library,

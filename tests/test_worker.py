@@ -301,6 +301,50 @@ def test_burst_worker_exits_when_queue_is_empty(app: Conveyor) -> None:
     asyncio.run(main())
 
 
+def test_a_burst_worker_waits_for_a_slow_claim_before_it_calls_the_queue_empty(
+        app: Conveyor) -> None:
+    """A producer whose last look found its slots held by unwritten outcomes is not
+    idle while its next claim is on its way: a claim slower than burst mode's quiet
+    checks (a storage thread busy writing a large ack flush) once let a burst worker
+    stop with jobs still available."""
+    @app.task
+    async def noop(i: int) -> None:
+        return None
+
+    async def main() -> None:
+        await app.enqueue_many_async([noop.job(i) for i in range(300)])
+        storage = cast(Any, await app.storage()).inner  # what every view of it calls
+        claim = storage.job_fetch_available
+        claims = 0
+
+        async def slow_claim(params: Any) -> Any:
+            nonlocal claims
+            claims += 1
+            if claims > 1:
+                await asyncio.sleep(0.5)  # longer than the four 50 ms quiet checks
+            return await claim(params)
+
+        ack = storage.job_ack_many
+
+        async def slow_ack(params: Any) -> Any:
+            await asyncio.sleep(0.2)  # the outcomes hold the slots a while
+            return await ack(params)
+
+        storage.job_fetch_available = slow_claim
+        storage.job_ack_many = slow_ack
+        try:
+            config = dataclasses.replace(FAST, burst=True, queues={"default": 100},
+                                         fetch_limit=100)
+            await asyncio.wait_for(app.run_worker(config=config), timeout=60)
+        finally:
+            del storage.job_fetch_available, storage.job_ack_many
+        counts = await app.count_jobs_async()
+        assert counts.get("completed") == 300 and sum(counts.values()) == 300, counts
+        await app.close_async()
+
+    asyncio.run(main())
+
+
 def test_shutdown_returns_unfinished_jobs_without_using_an_attempt(app: Conveyor) -> None:
     @app.task
     async def long_job() -> None:

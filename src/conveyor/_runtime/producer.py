@@ -50,6 +50,8 @@ class Producer:
         self.running = 0
         #: True after a fetch found nothing and nothing runs here (burst mode uses it).
         self.idle = False
+        #: A claim is on its way (its outcome decides ``idle``).
+        self.looking = False
         #: True when the last fetch got all it asked for: there may be more.
         self.saturated = False
         self._storage = storage
@@ -105,11 +107,15 @@ class Producer:
         if self.paused or demand <= 0:
             self.idle, self.saturated = self.running == 0, False
             return 0
-        await self._probe_fair()
-        jobs = await self._storage.job_fetch_available(
-            JobFetchAvailableParams(self.queue, demand, self._owner, self._lease_ttl,
-                                    self._labels, self._tasks, self.fair)
-        )
+        self.looking = True  # burst mode waits for a look under way (Worker._watch_burst)
+        try:
+            await self._probe_fair()
+            jobs = await self._storage.job_fetch_available(
+                JobFetchAvailableParams(self.queue, demand, self._owner, self._lease_ttl,
+                                        self._labels, self._tasks, self.fair)
+            )
+        finally:
+            self.looking = False
         if self.fair:
             if len(jobs) < demand and not any(j.fair_key for j in jobs):
                 self.fair = False  # the fair-keyed work is done: today's claim again

@@ -82,18 +82,24 @@ class GracefulShutdown:
         await self.acker.drain()
 
     async def _watch_burst(self) -> None:
-        """Burst mode: stop once due jobs are staged and every queue stays empty."""
-        quiet = 0
+        """Burst mode: stop once due jobs are staged and every queue stays empty: every
+        producer's last look found nothing, after one more look each (woken once per
+        quiet spell), and no look is still on its way (a slow claim may bring jobs)."""
+        quiet, woken = 0, False
         while not self._stopping.is_set():
             await asyncio.sleep(0.05)
             busy = self._executions or self.acker.pending
             if busy or not all(p.idle for p in self.producers.values()):
+                quiet, woken = 0, False
+                continue
+            if any(p.looking for p in self.producers.values()):
                 quiet = 0
                 continue
-            if quiet == 0:
+            if not woken:
                 await self.stager.run_once()
                 for producer in self.producers.values():
                     producer.wake()
+                woken = True
             quiet += 1
             if quiet >= 4:
                 self.request_stop()

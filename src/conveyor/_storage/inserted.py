@@ -33,15 +33,20 @@ _INSERTED_JSON = {"args": "args_json", "kwargs": "kwargs_json", "tags": "tags_js
                   "meta": "meta_json"}
 
 
+def _builder_env() -> tuple[tuple[dataclasses.Field[Any], ...], dict[str, Any]]:
+    """Job's fields and the names a generated builder uses (a twin class with Job's
+    slots, filled and then made a Job, as ``rows.fast_constructor`` does)."""
+    twin = type("_InsertedTwin", (), {"__slots__": Job.__slots__})
+    return dataclasses.fields(Job), {
+        "_new": object.__new__, "_Twin": twin, "_Job": Job, "_Text": JsonText,
+        "_STATES": STATES, "_dt": datetime, "Timestamps": Timestamps,
+        "_list": JsonText("[]"), "_dict": JsonText("{}")}
+
+
 def _compile_inserted() -> Callable[..., list[Job]]:
     """``inserted(inserts, ids, states, scheduled, created)``: each Job's slots set
     straight from what was sent, as ``claimed_from_seconds`` does for a claim."""
-    fields = dataclasses.fields(Job)
-    twin = type("_InsertedTwin", (), {"__slots__": Job.__slots__})
-    env: dict[str, Any] = {"_new": object.__new__, "_Twin": twin, "_Job": Job,
-                           "_Text": JsonText, "_STATES": STATES, "_dt": datetime,
-                           "Timestamps": Timestamps, "_list": JsonText("[]"),
-                           "_dict": JsonText("{}")}
+    fields, env = _builder_env()
     body = []
     for f in fields:
         if f.name in _INSERTED_JSON:
@@ -68,12 +73,7 @@ def _compile_run_jobs() -> Callable[..., list[Job]]:
     """``jobs_from_run(base, args, ids, state, due, made)``: the Jobs of a run of
     inserts (``lazy_inserts.InsertRun``) as ``jobs_from_inserts`` makes them, with what
     they share (all but the id and the arguments) worked out once for the run."""
-    fields = dataclasses.fields(Job)
-    twin = type("_RunTwin", (), {"__slots__": Job.__slots__})
-    env: dict[str, Any] = {"_new": object.__new__, "_Twin": twin, "_Job": Job,
-                           "_Text": JsonText, "_STATES": STATES, "_dt": datetime,
-                           "Timestamps": Timestamps, "_list": JsonText("[]"),
-                           "_dict": JsonText("{}")}
+    fields, env = _builder_env()
     shared, each = [], []
     for f in fields:
         if f.name == "id":

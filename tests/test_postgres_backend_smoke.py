@@ -439,7 +439,11 @@ def test_times_come_back_in_utc_whatever_the_servers_zone(postgres_admin_url: st
                 assert stored.created_at == made.created_at
             assert abs(job.created_at - before) < timedelta(minutes=5)
             assert later.scheduled_at - later.created_at == timedelta(seconds=60)
-            asyncio.run(app.run_worker(config=WorkerConfig(queues={"default": 10}, burst=True)))
+            async def work() -> None:  # the loop's storage closed on its own loop
+                await app.run_worker(config=WorkerConfig(queues={"default": 10}, burst=True))
+                await app.close_async()
+
+            asyncio.run(work())
             assert len(seen) == 301
             assert all(t is not None and t.tzinfo is UTC for row in seen for t in row)
         finally:

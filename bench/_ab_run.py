@@ -40,6 +40,25 @@ class AbCase:
     about: str
 
 
+#: The cases run on each backend besides the burn-downs: (name, jobs, what it measures).
+_PER_BACKEND = (
+    ("peers_e2e_{}", 20_000, "20,000 pre-enqueued no-op jobs drained by app.run_worker at "
+     "concurrency 100 in process (bench/peers/run_conveyor.py e2e)"),
+    ("enqueue_many_{}", 50_000, "50,000 jobs through enqueue_many in batches of 1,000 "
+     "(bench/w_enqueue.py bulk)"),
+    ("enqueue_many_{}_b10000", 50_000, "50,000 jobs through enqueue_many in batches of "
+     "10,000, the bulk floor's batches (bench/w_enqueue.py bulk)"),
+    ("peers_bulk_{}", 50_000, "50,000 jobs through one enqueue_many_async call, as "
+     "bench.peers measures Conveyor's bulk (bench/peers/run_conveyor.py bulk)"),
+    ("enqueue_async_{}_p100", 5_000, "5,000 enqueue_async calls from 100 coroutines on one "
+     "loop (bench/w_enqueue.py single_async)"),
+    ("enqueue_{}_t1", 3_000, "3,000 task.enqueue() calls from one thread "
+     "(bench/w_enqueue.py single)"),
+    ("enqueue_async_{}_p1", 3_000, "3,000 enqueue_async calls one at a time, one coroutine "
+     "(bench/w_enqueue.py single_async)"),
+)
+
+
 def _cases() -> dict[str, AbCase]:
     out = [AbCase("import_conveyor", None, 1, "imports/s",
                   "`import conveyor` in a fresh interpreter (1 / wall seconds)")]
@@ -48,27 +67,8 @@ def _cases() -> dict[str, AbCase]:
             out.append(AbCase(f"e2e_{backend}_c{c}", backend, 20_000, "jobs/s",
                               f"burn-down of 20,000 no-op jobs, one worker at concurrency {c}"
                               " (bench/w_burndown.py)"))
-        out.append(AbCase(f"peers_e2e_{backend}", backend, 20_000, "jobs/s",
-                          "20,000 pre-enqueued no-op jobs drained by app.run_worker at "
-                          "concurrency 100 in process (bench/peers/run_conveyor.py e2e)"))
-        out.append(AbCase(f"enqueue_many_{backend}", backend, 50_000, "jobs/s",
-                          "50,000 jobs through enqueue_many in batches of 1,000 "
-                          "(bench/w_enqueue.py bulk)"))
-        out.append(AbCase(f"enqueue_many_{backend}_b10000", backend, 50_000, "jobs/s",
-                          "50,000 jobs through enqueue_many in batches of 10,000, the "
-                          "bulk floor's batches (bench/w_enqueue.py bulk)"))
-        out.append(AbCase(f"peers_bulk_{backend}", backend, 50_000, "jobs/s",
-                          "50,000 jobs through one enqueue_many_async call, as bench.peers "
-                          "measures Conveyor's bulk (bench/peers/run_conveyor.py bulk)"))
-        out.append(AbCase(f"enqueue_async_{backend}_p100", backend, 5_000, "jobs/s",
-                          "5,000 enqueue_async calls from 100 coroutines on one loop "
-                          "(bench/w_enqueue.py single_async)"))
-        out.append(AbCase(f"enqueue_{backend}_t1", backend, 3_000, "jobs/s",
-                          "3,000 task.enqueue() calls from one thread "
-                          "(bench/w_enqueue.py single)"))
-        out.append(AbCase(f"enqueue_async_{backend}_p1", backend, 3_000, "jobs/s",
-                          "3,000 enqueue_async calls one at a time, one coroutine "
-                          "(bench/w_enqueue.py single_async)"))
+        out += [AbCase(name.format(backend), backend, jobs, "jobs/s", about)
+                for name, jobs, about in _PER_BACKEND]
     return {c.name: c for c in out}
 
 

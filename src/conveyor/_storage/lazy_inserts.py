@@ -44,7 +44,7 @@ class InsertRun:
         return [insert_with_arguments(base, text, kwargs) for text in args]
 
 
-#: Makes the runs of jobs ``start`` to ``stop`` (validated and encoded).
+#: Makes the runs of jobs from ``start`` on, at least to ``stop`` (validated and encoded).
 Convert = Callable[[int, int], list[InsertRun]]
 
 
@@ -69,8 +69,9 @@ class LazyInserts(Sequence[JobInsert]):
         return self._count
 
     def _cover(self, stop: int) -> None:
-        while self._covered < min(stop, self._count):
-            for run in self._convert(self._covered, min(stop, self._count)):
+        stop = min(stop, self._count)
+        while self._covered < stop:
+            for run in self._convert(self._covered, stop):
                 self._runs.append(run)
                 self._starts.append(self._covered)
                 self._covered += len(run.args)
@@ -138,18 +139,10 @@ def made_batches(runs: Sequence[InsertRun], size: int) -> list[LazyInserts]:
 
 
 def _made(runs: list[InsertRun]) -> LazyInserts:
+    """A batch whose runs are made: its first read takes them all."""
     bases = [run.base for run in runs]
-
-    def convert(start: int, stop: int) -> list[InsertRun]:  # pragma: no cover - all made
-        raise AssertionError("a batch of made runs has nothing left to make")
-
-    batch = LazyInserts(sum(len(run.args) for run in runs), convert,
-                        plain=is_plain(bases), queues=frozenset(b.queue for b in bases))
-    for run in runs:
-        batch._runs.append(run)
-        batch._starts.append(batch._covered)
-        batch._covered += len(run.args)
-    return batch
+    return LazyInserts(sum(len(run.args) for run in runs), lambda start, stop: runs,
+                       plain=is_plain(bases), queues=frozenset(b.queue for b in bases))
 
 
 def runs_of(jobs: Sequence[JobInsert], start: int, stop: int) -> list[InsertRun]:

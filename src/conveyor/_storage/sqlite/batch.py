@@ -183,12 +183,17 @@ def ack_many(conn: sqlite3.Connection, queries: Mapping[str, str], acks: Sequenc
 def _retire(conn: sqlite3.Connection, queries: Mapping[str, str], fast: Sequence[JobAck],
             node: str | None) -> set[int]:
     """Copy the plain completions the archiving rule lets go into history, as the update
-    would have left them, then delete what was copied; the ids moved (their fence held)."""
+    would have left them, then delete what was copied; the ids moved (their fence held).
+    ``fast`` holds each id once, so a copy of as many rows as acks moved every one."""
     values = {"acks": _acks_json(fast), "node": node}
-    moved = {row[0] for row in conn.execute(queries["job_ack_retire"], values).fetchall()}
-    if moved:
-        conn.execute(queries["job_ack_retire_delete"], {"acks": values["acks"]})
-    return moved
+    copied = conn.execute(queries["job_ack_retire"], values).rowcount
+    if copied == len(fast):
+        conn.execute(queries["job_ack_retire_delete_all"], {"acks": values["acks"]})
+        return {a.id for a in fast}
+    if not copied:
+        return set()
+    deleted = conn.execute(queries["job_ack_retire_delete"], {"acks": values["acks"]})
+    return {row[0] for row in deleted.fetchall()}
 
 
 def _acks_json(acks: Sequence[JobAck]) -> str:

@@ -108,6 +108,10 @@ SELECT applied.id FROM applied CROSS JOIN finished;
 -- statement does both. Kept for parity: nothing to delete.
 SELECT NULL::bigint AS id WHERE %(acks)s::text IS NULL AND false;
 
+-- name: job_ack_retire_delete_all
+-- SQLite's delete of a batch job_ack_retire copied whole; kept for parity, as above.
+SELECT NULL::bigint AS id WHERE %(acks)s::text IS NULL AND false;
+
 -- name: job_insert_one
 -- job_insert_plain for one job, with scalar parameters: arrays cost the client far more
 -- to send than the statement costs the server (the sync API's task.enqueue()).

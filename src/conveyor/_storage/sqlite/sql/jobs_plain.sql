@@ -44,20 +44,29 @@ WHERE conveyor_jobs.id = a.value ->> 0 AND conveyor_jobs.lease_token = a.value -
 -- copied to history as the UPDATE would have left it; job_ack_retire_delete then takes
 -- it out of the hot table, and job_ack_completed updates the others. That saves the
 -- hot row its update (and its index entries) and the archiver its pick, copy and
--- delete. The same fence; the ids moved come back.
+-- delete. The same fence. No RETURNING: the row count says whether every job of the
+-- batch moved (the usual case), and RETURNING made each row a step of its own, where
+-- the sqlite3 module lets go of the GIL and waits to take it back.
 INSERT INTO conveyor_jobs_history ({job_columns})
 SELECT {job_columns_completed}
 FROM json_each(:acks) AS a JOIN conveyor_jobs AS j ON j.id = a.value ->> 0
 WHERE j.lease_token = a.value ->> 1 AND j.state = 'running'
-  AND j.followers = 0 AND {job_archive_rule:'completed'}
-RETURNING id;
+  AND j.followers = 0 AND {job_archive_rule:'completed'};
 
 -- name: job_ack_retire_delete
--- The jobs job_ack_retire just copied: a job is in one table at a time, so those of the
--- batch found in history are they.
+-- The jobs job_ack_retire just copied, when it copied only some of the batch: a job is
+-- in one table at a time, so those of the batch found in history are they; their ids
+-- come back.
 DELETE FROM conveyor_jobs
 WHERE id IN (SELECT h.id FROM json_each(:acks) AS a
-             JOIN conveyor_jobs_history AS h ON h.id = a.value ->> 0);
+             JOIN conveyor_jobs_history AS h ON h.id = a.value ->> 0)
+RETURNING id;
+
+-- name: job_ack_retire_delete_all
+-- The same when job_ack_retire copied the whole batch (its row count is the batch's):
+-- the acks' own ids, without looking each one up in history.
+DELETE FROM conveyor_jobs
+WHERE id IN (SELECT a.value ->> 0 FROM json_each(:acks) AS a);
 
 -- name: job_insert_one
 -- PostgreSQL sends one job with scalar parameters; here executemany of job_insert_plain

@@ -40,6 +40,15 @@ it by hand: change the scenarios and run `make chaos` again.
   where a lease was really lost, and each one is recorded in the job's error history
   (`lease expired`). Make handlers idempotent, or keep their effects in the same
   database transaction.
+* One more way to a re-run, on PostgreSQL: a claim commits without waiting for its
+  WAL to reach the disk (it saves every job a flush on its way to a worker). If the
+  database server itself crashes within a fraction of a second of a claim, that
+  claim is undone: the job is available again and runs again, with no `lease expired`
+  record, and the worker that ran it is fenced off. Nothing is lost: an outcome is
+  never durable without its claim, as every durable commit flushes the WAL before it.
+  Where that re-run must not happen (a synchronous standby), set the custom setting
+  `conveyor.claim_commit` to a `synchronous_commit` value, e.g.
+  `ALTER DATABASE app SET conveyor.claim_commit = 'on'`.
 
 ## How it is checked
 

@@ -92,7 +92,7 @@ def load_queries(dialect: str) -> dict[str, str]:
 #: where ``{name}`` stands in the statements of its dialect.
 #: A fragment may hold an earlier one of this list (job_ack_completed_update holds
 #: job_completed_set).
-FRAGMENTS = ("job_insert_rows", "job_claim_lease", "job_completed_set",
+FRAGMENTS = ("job_insert_rows", "job_claim_lease", "job_claim_commit", "job_completed_set",
              "job_ack_completed_update", "job_task_parts")
 
 #: Every column of ``conveyor_jobs``, in table order: ``conveyor_jobs_history`` has the

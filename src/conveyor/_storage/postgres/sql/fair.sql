@@ -105,6 +105,7 @@ WITH RECURSIVE k(fair_key, priority, scheduled_at, id) AS (
 ), claimed AS (
     UPDATE conveyor_jobs AS j
     {job_claim_lease}
+    FROM {job_claim_commit}
     WHERE j.id = ANY(ARRAY(
         SELECT c.id
         FROM q CROSS JOIN LATERAL (
@@ -138,6 +139,7 @@ SELECT * FROM claimed;
 WITH claimed AS (
     UPDATE conveyor_jobs AS j
     {job_claim_lease}
+    FROM {job_claim_commit}
     WHERE j.id = ANY(ARRAY(
         SELECT c.id
         FROM unnest(%(fair_key)s::text[], %(limit)s::integer[]) AS k(fair_key, n)
@@ -171,7 +173,7 @@ SELECT * FROM claimed;
 WITH claimed AS (
     UPDATE conveyor_jobs AS j
     {job_claim_lease}
-    FROM (
+    FROM {job_claim_commit}, (
         SELECT id FROM (SELECT id, priority, fair_key FROM conveyor_jobs
                         WHERE state = 'available' AND queue = %(queue)s::text
                           AND requires IS NULL  -- routed: job_claim_route

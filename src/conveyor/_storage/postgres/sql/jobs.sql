@@ -96,10 +96,26 @@ SET state = 'running',
     lease_token = 1 + floor(random() * 9.0e18)::bigint,
     lease_expires_at = now() + %(lease_ttl)s::float8 * interval '1 second'
 
+-- name: job_claim_commit
+-- A fragment (schema.FRAGMENTS): a FROM item of every claim, which lets the claim's own
+-- transaction commit without waiting for its WAL to reach the disk (synchronous_commit
+-- 'off' for that transaction only), saving each claim a flush (0.1-0.2 ms here), which
+-- every job's enqueue-to-start waits for. Nothing is lost by it: a claim that a server
+-- crash undoes is a lease that never was, and the job is available again and runs
+-- again, as after an expired lease (at least once); the worker that held it is fenced
+-- off. And any later durable commit (the job's ack, a heartbeat) flushes the WAL past
+-- the claim first, so no outcome is ever durable without its claim. A database that
+-- wants claims durable too (a synchronous standby that must never replay a job) sets
+-- the custom setting conveyor.claim_commit to a synchronous_commit value ('on',
+-- 'remote_apply', ...), e.g. ALTER DATABASE ... SET conveyor.claim_commit = 'on'.
+(SELECT set_config('synchronous_commit',
+                   coalesce(nullif(current_setting('conveyor.claim_commit', true), ''), 'off'),
+                   true)) AS claim_commit
+
 -- name: job_fetch_available
 UPDATE conveyor_jobs AS j
 {job_claim_lease}
-FROM (
+FROM {job_claim_commit}, (
     SELECT id FROM conveyor_jobs
     WHERE state = 'available' AND queue = %(queue)s::text
       AND requires IS NULL  -- routed: job_claim_route (schema.routed_claims)

@@ -17,8 +17,11 @@ the connection of a sync caller's own thread.
   update itself. When its row count shows a fence rejected some of them, the savepoint
   is rolled back and those acks take the exact per-row path, which reports each
   rejection. A worker whose ``archive_after`` is 0 first moves those the archiving rule
-  lets go straight to history (``job_ack_retire``: a copy returning the ids whose fence
-  held, and a delete), so only the others are updated.
+  lets go straight to history (``job_ack_retire``: a copy whose row count says whether
+  every fence held, and a delete), so only the others are updated. Which acks take which
+  path, and their JSON, are worked out before the storage thread takes the batch
+  (``plan_acks``, on the caller's loop): that thread is a drain's busiest part, and the
+  loop has time while the thread runs SQL.
 """
 
 from __future__ import annotations
@@ -150,49 +153,71 @@ def _plain(ack: JobAck) -> bool:
     return plain_completed(ack) and (ack.result_json is None or "\x00" not in ack.result_json)
 
 
-def ack_many(conn: sqlite3.Connection, queries: Mapping[str, str], acks: Sequence[JobAck],
-             node: str | None, exact: Callable[[Sequence[JobAck]], list[int]],
-             retire: bool = False) -> list[int]:
-    """Apply fenced acks; ``exact`` is the per-row path (one statement per ack).
-    ``retire``: plain completions the archiving rule lets go move to history at once
-    (``_retire``), one job alone too (else history would wait for the archiver)."""
+@dataclass(frozen=True, slots=True)
+class AckPlan:
+    """A batch of acks sorted before it reaches the storage thread (``plan_acks``): the
+    plain completions one statement writes and their ``:acks`` JSON, and the rest,
+    which take the per-row path. No plain ones: the whole batch goes row by row."""
+
+    acks: Sequence[JobAck]
+    retire: bool
+    fast: list[JobAck]
+    fast_json: str
+    rest: list[JobAck]
+
+
+def plan_acks(acks: Sequence[JobAck], retire: bool = False) -> AckPlan:
+    """``retire``: plain completions the archiving rule lets go move to history at once
+    (``_retire``), one job alone too (else history would wait for the archiver). A tiny
+    batch, or one holding a job twice, keeps the in-order per-row semantics."""
     fast = [a for a in acks if _plain(a)]
     if len(fast) < (1 if retire else 2) or len({a.id for a in acks}) != len(acks):
-        return exact(acks)  # tiny batch, or one job twice: keep the in-order semantics
-    moved = _retire(conn, queries, fast, node) if retire else set()
+        return AckPlan(acks, retire, [], "", list(acks))
+    rest = [a for a in acks if not _plain(a)] if len(fast) < len(acks) else []
+    return AckPlan(acks, retire, fast, _acks_json(fast), rest)
+
+
+def ack_many(conn: sqlite3.Connection, queries: Mapping[str, str], plan: AckPlan,
+             node: str | None, exact: Callable[[Sequence[JobAck]], list[int]]) -> list[int]:
+    """Apply fenced acks as ``plan`` sorted them; ``exact`` is the per-row path (one
+    statement per ack). The ids that applied, in the acks' order."""
+    if not plan.fast:
+        return exact(plan.acks)
+    fast, text, rest = plan.fast, plan.fast_json, plan.rest
+    moved = _retire(conn, queries, fast, text, node) if plan.retire else set()
+    if moved and len(moved) == len(fast) and not rest:
+        return [a.id for a in fast]  # the usual: every ack moved to history at once
     if moved:
         fast = [a for a in fast if a.id not in moved]
+        text = _acks_json(fast)
     applied = set(moved)
-    rest = [a for a in acks if not _plain(a)]
     if fast:
         conn.execute("SAVEPOINT conveyor_ack")  # an error rolls the whole transaction back
-        done = conn.execute(queries["job_ack_completed"],
-                            {"acks": _acks_json(fast), "node": node}).rowcount
+        done = conn.execute(queries["job_ack_completed"], {"acks": text, "node": node}).rowcount
         if done != len(fast):  # some fence held: find out which, row by row
             conn.execute("ROLLBACK TO conveyor_ack")
             conn.execute("RELEASE conveyor_ack")
-            rest = [a for a in acks if a.id not in moved]
+            rest = [a for a in plan.acks if a.id not in moved]
         else:
             conn.execute("RELEASE conveyor_ack")
             applied.update(a.id for a in fast)
     if rest:
         applied.update(exact(rest))
-    return [a.id for a in acks if a.id in applied]
+    return [a.id for a in plan.acks if a.id in applied]
 
 
 def _retire(conn: sqlite3.Connection, queries: Mapping[str, str], fast: Sequence[JobAck],
-            node: str | None) -> set[int]:
+            text: str, node: str | None) -> set[int]:
     """Copy the plain completions the archiving rule lets go into history, as the update
     would have left them, then delete what was copied; the ids moved (their fence held).
     ``fast`` holds each id once, so a copy of as many rows as acks moved every one."""
-    values = {"acks": _acks_json(fast), "node": node}
-    copied = conn.execute(queries["job_ack_retire"], values).rowcount
+    copied = conn.execute(queries["job_ack_retire"], {"acks": text, "node": node}).rowcount
     if copied == len(fast):
-        conn.execute(queries["job_ack_retire_delete_all"], {"acks": values["acks"]})
+        conn.execute(queries["job_ack_retire_delete_all"], {"acks": text})
         return {a.id for a in fast}
     if not copied:
         return set()
-    deleted = conn.execute(queries["job_ack_retire_delete"], {"acks": values["acks"]})
+    deleted = conn.execute(queries["job_ack_retire_delete"], {"acks": text})
     return {row[0] for row in deleted.fetchall()}
 
 

@@ -191,9 +191,11 @@ class SQLiteStorage(SQLiteFile):
                         self._hub.notify(row["queue"])
             return applied
 
+        plan = batch.plan_acks(params.acks, params.retire)  # here: the thread is busier
+
         def run(conn: Conn) -> list[int]:  # plain completions in one statement
-            return batch.ack_many(conn, self._q, params.acks, params.node,
-                                  lambda acks: exact(conn, acks), params.retire)
+            return batch.ack_many(conn, self._q, plan, params.node,
+                                  lambda acks: exact(conn, acks))
 
         applied = await self._thread.call_write(run)
         if applied:  # committed: some may be final (a waiter re-reads to see which)

@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -446,5 +447,54 @@ def test_times_come_back_in_utc_whatever_the_servers_zone(postgres_admin_url: st
             asyncio.run(work())
             assert len(seen) == 301
             assert all(t is not None and t.tzinfo is UTC for row in seen for t in row)
+        finally:
+            app.close()
+
+
+def test_jobs_enqueued_on_a_callers_connection_come_back_in_utc(postgres_admin_url: str
+                                                                  ) -> None:
+    """A caller's own session may run in another zone: the Jobs its enqueue returns are
+    ``datetime.UTC``-aware all the same (one job, a COPY batch, a unique job; sync and
+    async connections), the same instants the database stored."""
+    from conveyor import Conveyor, Unique
+
+    with scratch_database(postgres_admin_url, "callerzone") as db_url:
+        app = Conveyor(db_url)
+        try:
+            app.migrate()
+
+            @app.task
+            def record(i: int) -> None:
+                pass
+
+            @app.task(unique=Unique(key="k"))
+            def once(i: int) -> None:
+                pass
+
+            def check(made: list[Any]) -> None:
+                for job in made:
+                    assert job.created_at.tzinfo is UTC and job.scheduled_at.tzinfo is UTC
+                    stored = app.get_job(job.id)
+                    assert stored is not None and stored.created_at == job.created_at
+
+            with psycopg.connect(db_url) as conn:
+                conn.execute("SET TIME ZONE 'America/New_York'")
+                made = [record.enqueue(1, connection=conn), once.enqueue(2, connection=conn)]
+                made += app.enqueue_many([record.job(i) for i in range(300)], connection=conn)
+                conn.commit()
+            check(made)
+
+            async def on_async() -> list[Any]:
+                aconn = await psycopg.AsyncConnection.connect(db_url)
+                async with aconn:
+                    await aconn.execute("SET TIME ZONE 'America/New_York'")
+                    out = [await record.enqueue_async(3, connection=aconn)]
+                    out += await app.enqueue_many_async(
+                        [record.job(i) for i in range(300)], connection=aconn)
+                    await aconn.commit()
+                await app.close_async()
+                return out
+
+            check(asyncio.run(on_async()))
         finally:
             app.close()

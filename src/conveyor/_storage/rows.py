@@ -263,6 +263,23 @@ def sort_for_claim(jobs: list[Job]) -> list[Job]:
     return jobs
 
 
+#: Job fields that hold a time (a Job's times are ``datetime.UTC``-aware).
+_TIME_FIELDS = ("scheduled_at", "created_at", "attempted_at", "finished_at",
+                "lease_expires_at", "expires_at")
+
+
+def in_utc(jobs: list[Job]) -> list[Job]:
+    """``jobs`` with every time in ``datetime.UTC``: rows read on a caller's own
+    connection come in that session's zone (Conveyor's own sessions run in UTC), and the
+    instants stay the same. Jobs already in UTC are returned as they are."""
+    out = []
+    for job in jobs:
+        moved = {name: value.astimezone(UTC) for name in _TIME_FIELDS
+                 if (value := getattr(job, name)) is not None and value.tzinfo is not UTC}
+        out.append(dataclasses.replace(job, **moved) if moved else job)
+    return out
+
+
 def ts(value: Any) -> datetime | None:
     """A timestamp column (unix seconds on SQLite, a datetime on PostgreSQL)."""
     if value is None or isinstance(value, datetime):

@@ -479,7 +479,8 @@ def test_jobs_enqueued_on_a_callers_connection_come_back_in_utc(postgres_admin_u
 
             with psycopg.connect(db_url) as conn:
                 conn.execute("SET TIME ZONE 'America/New_York'")
-                made = [record.enqueue(1, connection=conn), once.enqueue(2, connection=conn)]
+                made = [record.options(connection=conn).enqueue(1),
+                        once.options(connection=conn).enqueue(2)]
                 made += app.enqueue_many([record.job(i) for i in range(300)], connection=conn)
                 conn.commit()
             check(made)
@@ -488,7 +489,7 @@ def test_jobs_enqueued_on_a_callers_connection_come_back_in_utc(postgres_admin_u
                 aconn = await psycopg.AsyncConnection.connect(db_url)
                 async with aconn:
                     await aconn.execute("SET TIME ZONE 'America/New_York'")
-                    out = [await record.enqueue_async(3, connection=aconn)]
+                    out = [await record.options(connection=aconn).enqueue_async(3)]
                     out += await app.enqueue_many_async(
                         [record.job(i) for i in range(300)], connection=aconn)
                     await aconn.commit()

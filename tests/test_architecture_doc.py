@@ -9,7 +9,7 @@ import ast
 import re
 from pathlib import Path
 
-from conveyor._storage.composition import CompositionStorage
+from conveyor._storage.fair_storage import FairStorage
 from conveyor._storage.protocol import Storage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,9 +27,9 @@ def row(first_cell: str) -> str:
 def backend_writes() -> set[str]:
     """The hooks every backend supplies (abstract in the shared classes) and the protocol
     methods no shared class implements."""
-    shared = {name for cls in CompositionStorage.__mro__ for name in vars(cls)}
+    shared = {name for cls in FairStorage.__mro__ for name in vars(cls)}
     public = {name for name in vars(Storage) if not name.startswith("_")}
-    return set(CompositionStorage.__abstractmethods__) | (public - shared)
+    return set(FairStorage.__abstractmethods__) | (public - shared)
 
 
 def services() -> set[str]:

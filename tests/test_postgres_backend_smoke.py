@@ -454,9 +454,9 @@ def test_times_come_back_in_utc_whatever_the_servers_zone(postgres_admin_url: st
 def test_jobs_enqueued_on_a_callers_connection_come_back_in_utc(postgres_admin_url: str
                                                                   ) -> None:
     """A caller's own session may run in another zone: the Jobs its enqueue returns are
-    ``datetime.UTC``-aware all the same (one job, a COPY batch, a unique job; sync and
-    async connections), the same instants the database stored."""
-    from conveyor import Conveyor, Unique
+    ``datetime.UTC``-aware all the same (one job, a COPY batch, a unique job, a workflow;
+    sync and async connections), the same instants the database stored."""
+    from conveyor import Conveyor, Unique, chain
 
     with scratch_database(postgres_admin_url, "callerzone") as db_url:
         app = Conveyor(db_url)
@@ -482,8 +482,11 @@ def test_jobs_enqueued_on_a_callers_connection_come_back_in_utc(postgres_admin_u
                 made = [record.options(connection=conn).enqueue(1),
                         once.options(connection=conn).enqueue(2)]
                 made += app.enqueue_many([record.job(i) for i in range(300)], connection=conn)
+                run = app.enqueue_workflow(chain(record.job(4), record.job(5)), connection=conn)
+                made += run.jobs
                 conn.commit()
             check(made)
+            assert made[-1].scheduled_at.tzinfo is UTC
 
             async def on_async() -> list[Any]:
                 aconn = await psycopg.AsyncConnection.connect(db_url)

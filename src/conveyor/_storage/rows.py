@@ -112,8 +112,10 @@ class Timestamps:
         self._seen: dict[float, datetime] = {}
 
     def __call__(self, value: Any) -> datetime | None:
-        if value is None or isinstance(value, datetime):
-            return value
+        if value is None:
+            return None
+        if isinstance(value, datetime):  # read on a caller's session maybe: in UTC always
+            return value if value.tzinfo is UTC else value.astimezone(UTC)
         found = self._seen.get(value)
         if found is None:
             found = self._seen[value] = datetime.fromtimestamp(float(value), UTC)
@@ -281,9 +283,12 @@ def in_utc(jobs: list[Job]) -> list[Job]:
 
 
 def ts(value: Any) -> datetime | None:
-    """A timestamp column (unix seconds on SQLite, a datetime on PostgreSQL)."""
-    if value is None or isinstance(value, datetime):
-        return value
+    """A timestamp column (unix seconds on SQLite, a datetime on PostgreSQL), in UTC
+    (a caller's own session may run in another zone)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo is UTC else value.astimezone(UTC)
     return datetime.fromtimestamp(float(value), UTC)
 
 

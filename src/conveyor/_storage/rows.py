@@ -114,8 +114,8 @@ class Timestamps:
     def __call__(self, value: Any) -> datetime | None:
         if value is None:
             return None
-        if isinstance(value, datetime):  # read on a caller's session maybe: in UTC always
-            return value if value.tzinfo is UTC else value.astimezone(UTC)
+        if isinstance(value, datetime):
+            return utc(value)
         found = self._seen.get(value)
         if found is None:
             found = self._seen[value] = datetime.fromtimestamp(float(value), UTC)
@@ -265,30 +265,18 @@ def sort_for_claim(jobs: list[Job]) -> list[Job]:
     return jobs
 
 
-#: Job fields that hold a time (a Job's times are ``datetime.UTC``-aware).
-_TIME_FIELDS = ("scheduled_at", "created_at", "attempted_at", "finished_at",
-                "lease_expires_at", "expires_at")
-
-
-def in_utc(jobs: list[Job]) -> list[Job]:
-    """``jobs`` with every time in ``datetime.UTC``: rows read on a caller's own
-    connection come in that session's zone (Conveyor's own sessions run in UTC), and the
-    instants stay the same. Jobs already in UTC are returned as they are."""
-    out = []
-    for job in jobs:
-        moved = {name: value.astimezone(UTC) for name in _TIME_FIELDS
-                 if (value := getattr(job, name)) is not None and value.tzinfo is not UTC}
-        out.append(dataclasses.replace(job, **moved) if moved else job)
-    return out
+def utc(value: datetime) -> datetime:
+    """A time read from PostgreSQL, in ``datetime.UTC``: Conveyor's own sessions run in
+    UTC, a caller's own connection may run in another zone (the same instant)."""
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
 def ts(value: Any) -> datetime | None:
-    """A timestamp column (unix seconds on SQLite, a datetime on PostgreSQL), in UTC
-    (a caller's own session may run in another zone)."""
+    """A timestamp column (unix seconds on SQLite, a datetime on PostgreSQL), in UTC."""
     if value is None:
         return None
     if isinstance(value, datetime):
-        return value if value.tzinfo is UTC else value.astimezone(UTC)
+        return utc(value)
     return datetime.fromtimestamp(float(value), UTC)
 
 

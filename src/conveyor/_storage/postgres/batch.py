@@ -23,7 +23,7 @@ from psycopg.rows import tuple_row
 from ..._job import Job
 from ..inserted import jobs_from_inserts
 from ..job_types import JobAck, JobInsert
-from ..rows import claimed_from_datetimes, plain_completed
+from ..rows import claimed_from_datetimes, plain_completed, utc
 from .connection import tuple_cursor, tuple_cursor_sync
 from .copy_insert import COPY_MIN_BATCH, Inserted, copy_async, copy_sync
 
@@ -105,8 +105,8 @@ def _alike(jobs: Sequence[JobInsert]) -> bool:
 
 def _inserted(rows: Sequence[tuple[Any, ...]]) -> Inserted:
     """Rows of (id, state, scheduled_at, created_at), in request order."""
-    return Inserted([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
-                    rows[0][3])
+    return Inserted([r[0] for r in rows], [r[1] for r in rows], [utc(r[2]) for r in rows],
+                    utc(rows[0][3]))
 
 
 def jobs_of(jobs: Sequence[JobInsert], inserted: Inserted) -> list[Job]:

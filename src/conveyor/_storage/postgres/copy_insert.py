@@ -36,6 +36,7 @@ from ..._job import Job
 from ..inserted import jobs_from_inserts, jobs_from_run
 from ..job_types import JobInsert
 from ..lazy_inserts import InsertRun, queues_of, runs_of
+from ..rows import utc
 
 #: Batches at least this large go through COPY; smaller ones through one INSERT. COPY
 #: takes four round trips (BEGIN, reserve, COPY, COMMIT) where the autocommitted INSERT
@@ -196,9 +197,9 @@ async def copy_async(conn: psycopg.AsyncConnection[Any], queries: Mapping[str, s
                           prepare=prepare)
         row = await cur.fetchone()
         assert row is not None
-        done = _started(row[0], jobs_too)
+        done = _started(utc(row[0]), jobs_too)  # a caller's session may run in another zone
         async with cur.copy(queries["job_copy_plain"]) as copy:
-            for data in _stream(jobs, sorted(row[1]), row[0], done):
+            for data in _stream(jobs, sorted(row[1]), done.now, done):
                 await copy.write(data)
     return done
 
@@ -212,9 +213,9 @@ def copy_sync(conn: psycopg.Connection[Any], queries: Mapping[str, str],
         row = cur.execute(queries["job_reserve_ids"], _reserve_values(jobs, channel),
                           prepare=prepare).fetchone()
         assert row is not None
-        done = _started(row[0], jobs_too)
+        done = _started(utc(row[0]), jobs_too)
         with cur.copy(queries["job_copy_plain"]) as copy:
-            for data in _stream(jobs, sorted(row[1]), row[0], done):
+            for data in _stream(jobs, sorted(row[1]), done.now, done):
                 copy.write(data)
     return done
 

@@ -41,13 +41,7 @@ from ..job_types import (
 from ..lazy_inserts import is_plain
 from ..limiter_types import LimiterSlotParams
 from ..metric_types import MetricRow
-from ..rows import (
-    claimed_from_datetimes,
-    in_utc,
-    job_from_row,
-    leader_row,
-    sort_for_claim,
-)
+from ..rows import claimed_from_datetimes, job_from_row, leader_row, sort_for_claim
 from ..unique import run_async, run_sync, unique_insert
 from ..workflow import Steps
 from . import batch, fair, workflow
@@ -104,16 +98,11 @@ class PostgresStorage(PostgresPools):
     ) -> list[Job]:
         if connection is not None and not isinstance(connection, psycopg.AsyncConnection):
             return self.job_insert_many_sync(jobs, connection)
-        if connection is not None:  # the caller's session may run in another zone
-            return in_utc(await self._insert_on(jobs, connection))
-        inserted = await self._insert_on(jobs, None)
-        self._woke(j.queue for j in inserted)
-        return inserted
-
-    async def _insert_on(self, jobs: Sequence[JobInsert], connection: Any) -> list[Job]:
-        """``jobs`` written on ``connection`` (a caller's), or a pooled one (None)."""
         if _plain(jobs):
-            return batch.jobs_of(jobs, await self._insert_plain(jobs, connection, True))
+            inserted = batch.jobs_of(jobs, await self._insert_plain(jobs, connection, True))
+            if connection is None:
+                self._woke(j.queue for j in inserted)
+            return inserted
 
         async def run(name: str, values: Mapping[str, Any]) -> list[Job]:
             if connection is None:
@@ -125,7 +114,10 @@ class PostgresStorage(PostgresPools):
                         rows = await cur.fetchall()
             return [job_from_row(r, json_text=False) for r in rows]
 
-        return await run_async(unique_insert(jobs, self._insert_values, self._keys), run)
+        inserted = await run_async(unique_insert(jobs, self._insert_values, self._keys), run)
+        if connection is None:
+            self._woke(j.queue for j in inserted)
+        return inserted
 
     async def job_insert_ids(self, jobs: Sequence[JobInsert], connection: Any = None
                              ) -> list[int]:
@@ -164,7 +156,7 @@ class PostgresStorage(PostgresPools):
                 "connection= on the PostgreSQL backend must be a psycopg (3) Connection or "
                 f"AsyncConnection to the same database, not {type(connection).__name__}"
             )
-        return in_utc(self._insert_sync(jobs, connection, CALLER_PREPARE))
+        return self._insert_sync(jobs, connection, CALLER_PREPARE)
 
     def _insert_sync(self, jobs: Sequence[JobInsert], connection: psycopg.Connection[Any],
                      prepare: bool | None) -> list[Job]:

@@ -187,9 +187,9 @@ def ack_many(conn: sqlite3.Connection, queries: Mapping[str, str], plan: AckPlan
     moved = _retire(conn, queries, fast, text, node) if plan.retire else set()
     if moved and len(moved) == len(fast) and not rest:
         return [a.id for a in fast]  # the usual: every ack moved to history at once
-    if moved:
+    if moved:  # some stayed hot (the archiving rule, followers): the update takes them
         fast = [a for a in fast if a.id not in moved]
-        text = _acks_json(fast)
+        text = _acks_json(fast) if fast else ""
     applied = set(moved)
     if fast:
         conn.execute("SAVEPOINT conveyor_ack")  # an error rolls the whole transaction back

@@ -40,16 +40,21 @@ _FILL = ("INSERT INTO conveyor_jobs (task, queue, args, state, scheduled_at, cre
 class _Statements:
     """The claim narrowed to the two columns an ack needs, or with the columns it ships
     (``rows.CLAIM_COLUMNS``, decoded by psycopg: the cost of building Jobs, less
-    Conveyor's part). The claim's RETURNING list is cut off and written again here."""
+    Conveyor's part). The claim's RETURNING list is cut off and written again here.
 
-    def __init__(self, all_columns: bool = False) -> None:
+    The ack is the one a worker writes at the default ``archive_after`` of 0,
+    ``job_ack_retire`` (the job moves to history at its ack), as the burn-downs held
+    against this floor run; ``in_place``: ``job_ack_completed``, the row left in the hot
+    table for the archiver (a worker with ``archive_after`` above 0), for the record."""
+
+    def __init__(self, all_columns: bool = False, in_place: bool = False) -> None:
         q = load_queries("postgres")
         claim = q["job_fetch_available"]
         cut = claim.rindex("RETURNING ")
         shipped = claim[cut + len("RETURNING "):].rstrip().rstrip(";")
         self.claim = claim[:cut] + "RETURNING j.id, j.lease_token" + (
             f", {shipped}" if all_columns else "")
-        self.ack = q["job_ack_completed"]
+        self.ack = q["job_ack_completed" if in_place else "job_ack_retire"]
 
     def claim_batch(self, conn: psycopg.Connection[Any], batch: int) -> list[tuple[Any, ...]]:
         return conn.execute(self.claim, {"queue": "floor", "limit": batch, "owner": "floor",
@@ -114,6 +119,8 @@ def claim_ack_loop(target: Target, rows: int = 100_000,
                 for batch in batches]
     variants.append((f"overlapped_b{max(batches)}_all_columns", _overlapped, max(batches),
                      _Statements(all_columns=True)))
+    variants.append((f"overlapped_b{max(batches)}_ack_in_place", _overlapped, max(batches),
+                     _Statements(in_place=True)))
     for key, run, batch, st in variants:
         target.reset()
         target.query(_FILL, {"rows": rows})

@@ -183,9 +183,21 @@ def test_burndown_floor_on_postgres(postgres_db_url: str, tmp_path: Path) -> Non
     finally:
         target.close()
     variants = {k: v for k, v in result.items() if k != "rows"}
-    assert set(variants) == {"sequential_b100", "overlapped_b100", "overlapped_b100_all_columns"}
+    assert set(variants) == {"sequential_b100", "overlapped_b100", "overlapped_b100_all_columns",
+                             "overlapped_b100_ack_in_place"}
     for name, figures in variants.items():
         assert figures["acked"] == 500 and figures["jobs_per_s"] > 0, (name, figures)
+
+
+def test_sqlite_floor_runs_the_workers_ack() -> None:
+    """The SQLite floor acks with the statements a worker at the default archive_after
+    runs (it raises unless each batch moves to history whole), and its in-place variant."""
+    from bench import probes
+
+    for in_place in (False, True):
+        figures = probes._sqlite_once(None, 300, in_place=in_place)
+        assert set(figures) == {"insert_us", "claim_us", "ack_us"}
+        assert all(v > 0 for v in figures.values()), (in_place, figures)
 
 
 @pytest.mark.postgres

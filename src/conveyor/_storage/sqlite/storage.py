@@ -170,7 +170,11 @@ class SQLiteStorage(SQLiteFile):
             return claimed_from_seconds(rows, params.owner)  # in turn order
         sql = self._q["job_fetch_available" + routed]
         # decoded here, not on the storage thread: it can start the next statement
-        rows = await self._thread.call_write(lambda c: batch.claim(c, sql, values))
+        try:
+            rows = await self._thread.call_write(lambda c: batch.claim(c, sql, values))
+        except batch.UndecodableText:  # rolled back: nothing was claimed
+            rows = await self._thread.call_write(
+                lambda c: batch.claim(c, sql, values, lenient=True))
         return sort_for_claim(claimed_from_seconds(rows, params.owner))
 
     async def job_ack_many(self, params: JobAckManyParams) -> list[int]:

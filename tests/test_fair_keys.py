@@ -407,3 +407,36 @@ def test_the_cli_lists_fair_keys_and_sets_weights(db_url: str) -> None:
             assert failed.exit_code != 0 and message in failed.output, (args, failed.output)
     finally:
         app.close()
+
+
+def test_text_that_is_not_utf8_is_claimed_leniently(db_url: str) -> None:
+    """A row whose text is not UTF-8 (written around the API) is claimed and run with
+    U+FFFD in place of the bad bytes, by a fair claim as by a plain one, not refused on
+    every claim. SQLite only: PostgreSQL refuses such text when it is written."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL refuses text that is not UTF-8")
+    import sqlite3
+
+    seen: list[tuple[str, str]] = []
+    app = Conveyor(db_url)
+
+    @app.task(queue="fair", fair_key=lambda tenant, *_, **__: tenant)
+    def keyed(tenant: str, note: str) -> None:
+        seen.append(("keyed", note))
+
+    @app.task(queue="plain")
+    def plain(tenant: str, note: str) -> None:
+        seen.append(("plain", note))
+
+    try:
+        keyed.enqueue("t", "x")
+        plain.enqueue("t", "x")
+        with sqlite3.connect(db_url[len("sqlite:///"):]) as conn:
+            changed = conn.execute("UPDATE conveyor_jobs SET args = CAST(? AS TEXT)",
+                                   (b'["t", "\xff bad"]',)).rowcount
+        assert changed == 2
+        app.drain()
+        assert sorted(seen) == [("keyed", "\ufffd bad"), ("plain", "\ufffd bad")]
+        assert app.count_jobs().get("completed") == 2
+    finally:
+        app.close()

@@ -37,9 +37,9 @@ def fair_claim(c: sqlite3.Connection, queries: Mapping[str, str], limit: int,
         got = {}
         for key, n in asked.items():
             name = "job_fetch_available_fair" + ("_plain" if key == PLAIN else "")
-            got[key] = sorted(batch.claim(c, queries[name + routed], {
-                **values, **keys, "fair_key": key, "priority": priority, "limit": n}),
-                key=_claim_order)
+            got[key] = sorted(batch.claim(c, queries[name + routed], {  # several claims:
+                **values, **keys, "fair_key": key, "priority": priority, "limit": n},
+                lenient=True), key=_claim_order)  # text decoded leniently, as they go
         if not plan.served(asked, got):
             break
         plan.refresh(key_rows(c.execute(read, keys)))

@@ -27,7 +27,13 @@ from conveyor._storage import (
     load_queries,
     make_job,
 )
-from conveyor._storage.rows import CLAIM_COLUMNS, CLAIM_CONSTANTS, claim_returning
+from conveyor._storage.rows import (
+    CLAIM_COLUMNS,
+    CLAIM_CONSTANTS,
+    CLAIM_PACKED,
+    claim_columns,
+    claim_returning,
+)
 
 from ._runtime_util import in_state, run_worker_until
 
@@ -170,3 +176,43 @@ async def _run(app: Conveyor, body: Any) -> None:
         await body(await app.storage())
     finally:
         await app.close_async()
+
+
+def test_sqlite_packs_the_usual_columns_and_unpacks_every_one(db_url: str) -> None:
+    """SQLite returns the columns that nearly always hold their usual value as one
+    (``rows.CLAIM_PACKED``): a job with the usual values and a job with another value in
+    every packed column are both claimed equal to their rows read whole."""
+    if not db_url.startswith("sqlite"):
+        pytest.skip("only SQLite packs claim columns")
+    import sqlite3
+
+    assert "rare" in claim_columns("sqlite") and claim_columns("postgres") == CLAIM_COLUMNS
+    assert not set(CLAIM_PACKED) & set(claim_columns("sqlite"))
+    app = Conveyor(db_url)
+
+    async def body(s: Storage) -> None:
+        plain, odd = await s.job_insert_many([full_insert(), full_insert()])
+        with sqlite3.connect(db_url[len("sqlite:///"):]) as conn:
+            conn.execute(
+                "UPDATE conveyor_jobs SET errors = ?, cancel_requested = 1, unique_key = ?,"
+                " concurrency_key = ?, ran_on = 'n\"1', workflow_id = 'wf-é', batch_id = 7,"
+                " deps_pending = 2, progress_message = ?, requires = ? WHERE id = ?",
+                ('[{"error": "x\\ny"}]', "u'1", "c\\\\2", "half \u2713 \"q\"",
+                 '{"gpu": "a100"}', odd.id))
+        routed = JobFetchAvailableParams(queue="default", limit=10, owner="node-a",
+                                         lease_ttl=30.0, labels={"gpu": "a100"})
+        got = {j.id: j for j in await s.job_fetch_available(routed)}
+        for job in (plain, odd):
+            whole = await s.job_get(job.id)
+            assert whole is not None and got[job.id] == whole
+        other = got[odd.id]
+        assert (other.errors, other.cancel_requested, other.batch_id, other.deps_pending) == (
+            [{"error": "x\ny"}], True, 7, 2)
+        assert (other.ran_on, other.workflow_id, other.requires) == ('n"1', "wf-é",
+                                                                    {"gpu": "a100"})
+        assert other.progress_message == "half \u2713 \"q\""
+        usual = got[plain.id]
+        assert (usual.errors, usual.cancel_requested, usual.deps_pending) == ([], False, 0)
+        assert usual.errors is not got[odd.id].errors
+
+    asyncio.run(_run(app, body))

@@ -9,10 +9,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..fairness import MAX_ROUNDS, PLAIN, FairKey, FairPlan, key_rows
-from ..rows import CLAIM_COLUMNS
+from ..rows import claim_columns
 from . import batch
 
-_PRIORITY, _SCHEDULED = CLAIM_COLUMNS.index("priority"), CLAIM_COLUMNS.index("scheduled_at")
+_COLUMNS = claim_columns("sqlite")
+_PRIORITY, _SCHEDULED = _COLUMNS.index("priority"), _COLUMNS.index("scheduled_at")
 
 
 def _claim_order(row: Any) -> tuple[Any, ...]:
@@ -24,7 +25,7 @@ def fair_claim(c: sqlite3.Connection, queries: Mapping[str, str], limit: int,
                values: Mapping[str, Any], keys: Mapping[str, Any],
                read_keys: Callable[[Sequence[Any]], list[FairKey]],
                routed: str) -> list[Any]:
-    """Claim up to ``limit`` jobs in turns; their tuple rows (``CLAIM_COLUMNS``) in turn
+    """Claim up to ``limit`` jobs in turns; their tuple rows (``claim_columns``) in turn
     order. ``values``: the claim's (owner, lease, a routed claim's labels and tasks);
     ``keys``: ``job_fair_keys``' (queue, lookahead), its rows made keys by ``read_keys``."""
     read = queries["job_fair_keys"]

@@ -31,6 +31,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from conveyor._storage import load_queries
+from conveyor._storage.sqlite.connection import split_script
 
 from . import _pg
 from .conftest import migrate
@@ -242,7 +243,13 @@ def sqlite_plans(path: Path) -> tuple[dict[str, set[str]], dict[str, list[str]]]
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         found, plans = {}, {}
-        for name, sql in sorted(load_queries("sqlite").items()):
+        queries = load_queries("sqlite")
+        for statement in split_script(queries["job_ack_retire_setup"]):  # TEMP objects
+            conn.execute(statement)  # that job_ack_retire_at_once writes through; no reads
+        for name, sql in sorted(queries.items()):
+            if name == "job_ack_retire_setup":
+                plans[name], found[name] = [], set()
+                continue
             plan = [row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, _sqlite_params(sql))]
             plans[name] = plan
             found[name] = sqlite_whole_reads(plan, tables, sql)

@@ -79,6 +79,7 @@ def load_queries(dialect: str) -> dict[str, str]:
             queries = {name: sql.replace("{" + fragment + "}", text)
                        for name, sql in queries.items()}
     queries = {name: sql.replace("{job_columns}", ", ".join(JOB_COLUMNS))
+               .replace("{job_columns_new}", ", ".join(f"NEW.{c}" for c in JOB_COLUMNS))
                for name, sql in queries.items()}
     returning = claim_returning(dialect)  # a claim's columns are listed once, in rows.py
     for name in ("job_fetch_available", "job_fetch_available_fair",
@@ -93,7 +94,7 @@ def load_queries(dialect: str) -> dict[str, str]:
 #: A fragment may hold an earlier one of this list (job_ack_completed_update holds
 #: job_completed_set).
 FRAGMENTS = ("job_insert_rows", "job_claim_lease", "job_claim_commit", "job_completed_set",
-             "job_ack_completed_update", "job_task_parts")
+             "job_ack_completed_update", "job_ack_retire_rows", "job_task_parts")
 
 #: Every column of ``conveyor_jobs``, in table order: ``conveyor_jobs_history`` has the
 #: same ones (schema 12). Placed where ``{job_columns}`` stands; a job that moves to

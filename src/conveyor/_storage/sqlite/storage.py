@@ -39,9 +39,12 @@ from ..lazy_inserts import is_plain
 from ..metric_types import MetricRow
 from ..rows import claimed_from_seconds, job_from_row, leader_row, sort_for_claim
 from ..unique import run_sync, unique_insert
+from ..wake import WakeHub
 from ..workflow import Steps
 from . import batch, fair, workflow
+from .connection import SQLiteConfig
 from .file import Conn, SQLiteFile
+from .retiring import Retiring
 
 #: Jobs moved to history per write transaction: the one writer is held about 2-3 ms by
 #: one (about 10 us per job), so claims and acks queued behind it wait no longer than
@@ -65,6 +68,10 @@ def _insert_values(job: JobInsert) -> dict[str, Any]:
 
 class SQLiteStorage(SQLiteFile):
     """Storage on one SQLite file. Example: ``SQLiteStorage(SQLiteConfig("jobs.db"), WakeHub())``"""
+
+    def __init__(self, config: SQLiteConfig, hub: WakeHub) -> None:
+        super().__init__(config, hub)
+        self._retiring = Retiring(self._q, self._thread.write_lock, config.path)
 
     async def job_archive(self, params: JobArchiveParams) -> int:
         """Up to ``params.limit`` jobs in transactions of ARCHIVE_BATCH, each its own call
@@ -196,15 +203,26 @@ class SQLiteStorage(SQLiteFile):
             return applied
 
         plan = batch.plan_acks(params.acks, params.retire)  # here: the thread is busier
+        moved: set[int] = set()
+        if plan.retire and plan.fast and not plan.rest:  # the usual: one statement
+            fast, text = plan.fast, plan.fast_json
+            done = await self._thread.call(
+                lambda c: self._retiring.move(c, fast, text, params.node))
+            if done is not None and len(done) == len(plan.acks):
+                self._finished()
+                return [a.id for a in plan.acks]
+            if done is not None:  # the others stay hot (followers, a unique claim) or
+                moved = done      # were fenced off: the update path, without a retire
+                plan = batch.plan_acks([a for a in plan.acks if a.id not in moved])
 
         def run(conn: Conn) -> list[int]:  # plain completions in one statement
             return batch.ack_many(conn, self._q, plan, params.node,
                                   lambda acks: exact(conn, acks))
 
-        applied = await self._thread.call_write(run)
+        applied = set(await self._thread.call_write(run)) | moved
         if applied:  # committed: some may be final (a waiter re-reads to see which)
             self._finished()
-        return applied
+        return [a.id for a in params.acks if a.id in applied]
 
     async def job_heartbeat_many(self, params: JobHeartbeatManyParams) -> JobHeartbeatResult:
         sql = self._q["job_heartbeat"]

@@ -112,6 +112,15 @@ SELECT NULL::bigint AS id WHERE %(acks)s::text IS NULL AND false;
 -- SQLite's delete of a batch job_ack_retire copied whole; kept for parity, as above.
 SELECT NULL::bigint AS id WHERE %(acks)s::text IS NULL AND false;
 
+-- name: job_ack_retire_setup
+-- SQLite's TEMP view for job_ack_retire_at_once; nothing to make here (parity).
+SELECT NULL::bigint AS id WHERE false;
+
+-- name: job_ack_retire_at_once
+-- SQLite's copy and delete of a batch in one statement outside a transaction; here
+-- job_ack_retire is one statement already. Kept for parity, as above.
+SELECT NULL::bigint AS id WHERE %(acks)s::text IS NULL AND false;
+
 -- name: job_insert_one
 -- job_insert_plain for one job, with scalar parameters: arrays cost the client far more
 -- to send than the statement costs the server (the sync API's task.enqueue()).

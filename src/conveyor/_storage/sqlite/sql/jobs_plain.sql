@@ -37,21 +37,51 @@ FROM json_each(:acks) AS a
 WHERE conveyor_jobs.id = a.value ->> 0 AND conveyor_jobs.lease_token = a.value ->> 1
   AND conveyor_jobs.state = 'running';
 
--- name: job_ack_retire
--- job_ack_completed for a worker whose archive_after is 0, first of two statements
--- (sqlite/batch.py): a job the archiving rule (history.sql) lets go, and with no
--- followers (dependents, a batch: their triggers fire on the UPDATE of state), is
--- copied to history as the UPDATE would have left it; job_ack_retire_delete then takes
--- it out of the hot table, and job_ack_completed updates the others. That saves the
--- hot row its update (and its index entries) and the archiver its pick, copy and
--- delete. The same fence. No RETURNING: the row count says whether every job of the
--- batch moved (the usual case), and RETURNING made each row a step of its own, where
--- the sqlite3 module lets go of the GIL and waits to take it back.
-INSERT INTO conveyor_jobs_history ({job_columns})
+-- name: job_ack_retire_rows
+-- A fragment (schema.FRAGMENTS): the rows of a batch of plain completions that go
+-- straight to history, as the update would have left them: a job the archiving rule
+-- (history.sql) lets go, with no followers (dependents, a batch: their triggers fire on
+-- the UPDATE of state), and only while this attempt holds the lease (the same fence).
 SELECT {job_columns_completed}
 FROM json_each(:acks) AS a JOIN conveyor_jobs AS j ON j.id = a.value ->> 0
 WHERE j.lease_token = a.value ->> 1 AND j.state = 'running'
-  AND j.followers = 0 AND {job_archive_rule:'completed'};
+  AND j.followers = 0 AND {job_archive_rule:'completed'}
+
+-- name: job_ack_retire
+-- job_ack_completed for a worker whose archive_after is 0, first of two statements
+-- (sqlite/batch.py): the jobs of job_ack_retire_rows are copied to history;
+-- job_ack_retire_delete then takes them out of the hot table, and job_ack_completed
+-- updates the others. That saves the hot row its update (and its index entries) and
+-- the archiver its pick, copy and delete. No RETURNING: the row count says whether
+-- every job of the batch moved (the usual case), and RETURNING made each row a step of
+-- its own, where the sqlite3 module lets go of the GIL and waits to take it back.
+INSERT INTO conveyor_jobs_history ({job_columns})
+{job_ack_retire_rows};
+
+-- name: job_ack_retire_at_once
+-- job_ack_retire and its delete as one statement run on its own, outside a transaction
+-- (sqlite/retiring.py): the view's INSTEAD OF trigger copies each row to history,
+-- deletes it from the hot table and notes its id. One statement is one step of the
+-- sqlite3 module, all of it without the GIL: it runs while the worker's loop runs the
+-- jobs just claimed, where each step of a transaction of four waited for the loop.
+INSERT INTO conveyor_jobs_retiring ({job_columns})
+{job_ack_retire_rows};
+
+-- name: job_ack_retire_setup
+-- What job_ack_retire_at_once writes through, made once per connection as TEMP objects
+-- (sqlite/retiring.py): no migration carries them, no other connection sees them. The
+-- view has history's columns and holds nothing; inserting into it copies each row to
+-- history, deletes it from the hot table and notes its id in conveyor_retired.
+CREATE TEMP TABLE IF NOT EXISTS conveyor_retired (id INTEGER NOT NULL);
+CREATE TEMP VIEW IF NOT EXISTS conveyor_jobs_retiring AS
+SELECT {job_columns} FROM main.conveyor_jobs_history WHERE 0;
+CREATE TEMP TRIGGER IF NOT EXISTS conveyor_jobs_retiring_insert
+INSTEAD OF INSERT ON conveyor_jobs_retiring
+BEGIN
+    INSERT INTO conveyor_jobs_history ({job_columns}) VALUES ({job_columns_new});
+    DELETE FROM conveyor_jobs WHERE id = NEW.id;
+    INSERT INTO conveyor_retired (id) VALUES (NEW.id);
+END;
 
 -- name: job_ack_retire_delete
 -- The jobs job_ack_retire just copied, when it copied only some of the batch: a job is

@@ -242,7 +242,8 @@ def sqlite_plans(path: Path) -> tuple[dict[str, set[str]], dict[str, list[str]]]
     conn = sqlite3.connect(path)
     try:
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        found, plans = {}, {}
+        found: dict[str, set[str]] = {}
+        plans: dict[str, list[str]] = {}
         queries = load_queries("sqlite")
         for statement in split_script(queries["job_ack_retire_setup"]):  # TEMP objects
             conn.execute(statement)  # that job_ack_retire_at_once writes through; no reads

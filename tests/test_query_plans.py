@@ -31,7 +31,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from conveyor._storage import load_queries
-from conveyor._storage.sqlite.connection import split_script
+from conveyor._storage.sqlite.retiring import setup_statements
 
 from . import _pg
 from .conftest import migrate
@@ -245,7 +245,7 @@ def sqlite_plans(path: Path) -> tuple[dict[str, set[str]], dict[str, list[str]]]
         found: dict[str, set[str]] = {}
         plans: dict[str, list[str]] = {}
         queries = load_queries("sqlite")
-        for statement in split_script(queries["job_ack_retire_setup"]):  # TEMP objects
+        for statement in setup_statements(queries):  # the TEMP objects
             conn.execute(statement)  # that job_ack_retire_at_once writes through; no reads
         for name, sql in sorted(queries.items()):
             if name == "job_ack_retire_setup":

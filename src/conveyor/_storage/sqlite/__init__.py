@@ -3,6 +3,7 @@ storage thread and the sync API's own connections, how a named statement runs, o
 closing, migrations and health), then ``storage.py`` (``SQLiteStorage``: the batch paths
 and the calls of several statements in one transaction). Beside them ``connection.py``
 (the thread, the connections and the write lock), ``batch.py`` (executemany paths),
+``retiring.py`` (a batch of plain completions moved to history in one statement),
 ``workflow.py`` (the workflow steps' driver), ``fair.py`` (the fair claim), ``sql/``,
 ``testing.sql`` and ``migrations/``."""
 

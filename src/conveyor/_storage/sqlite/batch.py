@@ -18,7 +18,9 @@ the connection of a sync caller's own thread.
   is rolled back and those acks take the exact per-row path, which reports each
   rejection. A worker whose ``archive_after`` is 0 first moves those the archiving rule
   lets go straight to history (``job_ack_retire``: a copy whose row count says whether
-  every fence held, and a delete), so only the others are updated. Which acks take which
+  every fence held, and a delete), so only the others are updated. A batch of plain
+  completions alone is first moved in one statement outside a transaction
+  (``retiring.py``), and only what stays comes here. Which acks take which
   path, and their JSON, are worked out before the storage thread takes the batch
   (``plan_acks``, on the caller's loop): that thread is a drain's busiest part, and the
   loop has time while the thread runs SQL.

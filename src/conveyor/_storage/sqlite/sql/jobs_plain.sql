@@ -60,27 +60,34 @@ INSERT INTO conveyor_jobs_history ({job_columns})
 
 -- name: job_ack_retire_at_once
 -- job_ack_retire and its delete as one statement run on its own, outside a transaction
--- (sqlite/retiring.py): the view's INSTEAD OF trigger copies each row to history,
--- deletes it from the hot table and notes its id. One statement is one step of the
--- sqlite3 module, all of it without the GIL: it runs while the worker's loop runs the
--- jobs just claimed, where each step of a transaction of four waited for the loop.
-INSERT INTO conveyor_jobs_retiring ({job_columns})
-{job_ack_retire_rows};
+-- (sqlite/retiring.py): the batch, inserted as one row into a view, fires that view's
+-- INSTEAD OF trigger once (job_ack_retire_setup), which moves it. One statement is one
+-- step of the sqlite3 module, all of it without the GIL: it runs while the worker's
+-- loop runs the jobs just claimed, where each step of a transaction of four waited for
+-- the loop.
+INSERT INTO conveyor_acks_retiring (acks, node) VALUES (:acks, :node);
 
 -- name: job_ack_retire_setup
 -- What job_ack_retire_at_once writes through, made once per connection as TEMP objects
 -- (sqlite/retiring.py): no migration carries them, no other connection sees them. The
--- view has history's columns and holds nothing; inserting into it copies each row to
--- history, deletes it from the hot table and notes its id in conveyor_retired.
+-- trigger copies the batch as job_ack_retire does (its :acks and :node read from the
+-- inserted row: a trigger takes no parameters), notes the ids copied (found in both
+-- tables: a job of the batch already in history from elsewhere is in history only) in
+-- conveyor_retired, cleared first, and deletes those from the hot table.
 CREATE TEMP TABLE IF NOT EXISTS conveyor_retired (id INTEGER NOT NULL);
-CREATE TEMP VIEW IF NOT EXISTS conveyor_jobs_retiring AS
-SELECT {job_columns} FROM main.conveyor_jobs_history WHERE 0;
-CREATE TEMP TRIGGER IF NOT EXISTS conveyor_jobs_retiring_insert
-INSTEAD OF INSERT ON conveyor_jobs_retiring
+CREATE TEMP VIEW IF NOT EXISTS conveyor_acks_retiring AS
+SELECT NULL AS acks, NULL AS node WHERE 0;
+CREATE TEMP TRIGGER IF NOT EXISTS conveyor_acks_retiring_insert
+INSTEAD OF INSERT ON conveyor_acks_retiring
 BEGIN
-    INSERT INTO conveyor_jobs_history ({job_columns}) VALUES ({job_columns_new});
-    DELETE FROM conveyor_jobs WHERE id = NEW.id;
-    INSERT INTO conveyor_retired (id) VALUES (NEW.id);
+    INSERT INTO conveyor_jobs_history ({job_columns})
+    {job_ack_retire_rows};
+    DELETE FROM conveyor_retired;
+    INSERT INTO conveyor_retired (id)
+    SELECT h.id FROM json_each(:acks) AS a
+    JOIN conveyor_jobs_history AS h ON h.id = a.value ->> 0
+    JOIN conveyor_jobs AS j ON j.id = h.id;
+    DELETE FROM conveyor_jobs WHERE id IN (SELECT id FROM conveyor_retired);
 END;
 
 -- name: job_ack_retire_delete

@@ -497,8 +497,9 @@ def test_lazy_runs_read_in_any_cut_are_the_batch_inserts() -> None:
 
 
 def test_several_batches_keep_their_runs_and_are_all_made_first(db_url: str) -> None:
-    """A call larger than ``max_batch`` is validated whole before its first batch is
-    written (a refused job at the end writes nothing), then written batch by batch with
+    """A call larger than ``max_batch`` is validated whole before its first batch
+    commits (a refused job at the end writes nothing; on PostgreSQL the first batch's
+    COPY makes the rest as it goes), then written batch by batch with
     its runs cut at the batches' edges: the Jobs match what is stored, in input order,
     through the sync and async APIs."""
     app = Conveyor(db_url, config=ConveyorConfig(max_batch=260))

@@ -18,6 +18,7 @@ from .._storage import (
     JobSearchParams,
     LazyInserts,
     Storage,
+    lazy_batches,
     made_batches,
 )
 from .._task import JobSpec
@@ -48,7 +49,8 @@ class JobsApp(ResultsApp):
         PostgreSQL one batch of several jobs is made as the COPY reads it
         (``LazyInserts``), so the server inserts while the rest is encoded; a job
         refused then aborts the COPY, and nothing is written either. Several batches
-        are all made first (a refused job writes none of them), and keep their runs."""
+        are made while the first is written, all before it commits (a refused job
+        writes none of them); in a caller's transaction, all first. Both keep their runs."""
         if isinstance(specs, JobSpec) or not isinstance(specs, Sequence):
             raise TypeError("enqueue_many takes a list of jobs built with task.job(...)")
         for spec in specs:
@@ -59,6 +61,10 @@ class JobsApp(ResultsApp):
         if self.dialect == "postgres" and len(specs) > 1:
             if lazy and len(specs) <= size:
                 return [self._lazy(specs, now)]
+            if lazy:  # the first batch makes the rest as the server inserts its rows
+                parts = [self._lazy(specs[i:i + size], now) for i in range(0, len(specs), size)]
+                return list(lazy_batches(self._lazy(specs, now), size,
+                                         [(p.plain, p.queues) for p in parts]))
             return list(made_batches(self._runs(specs, now), size))  # runs kept for COPY
         inserts = self._inserts(specs, now)
         return [inserts[i:i + size] for i in range(0, len(inserts), size)]

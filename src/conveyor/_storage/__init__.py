@@ -62,7 +62,7 @@ from .job_types import (
     StagedJob,
     StateCount,
 )
-from .lazy_inserts import InsertRun, LazyInserts, made_batches
+from .lazy_inserts import InsertRun, LazyInserts, lazy_batches, made_batches
 from .limiter_types import LimiterDeclareParams, LimiterHolder, LimiterRow, LimiterSlotParams
 from .metric_types import (
     DepthPoint,
@@ -231,6 +231,7 @@ __all__ = [
     "fast_constructor",
     "insert_with_arguments",
     "keys_ahead",
+    "lazy_batches",
     "load_migrations",
     "load_queries",
     "loads",

@@ -68,7 +68,8 @@ class LazyInserts(Sequence[JobInsert]):
     def __len__(self) -> int:
         return self._count
 
-    def _cover(self, stop: int) -> None:
+    def cover(self, stop: int) -> None:
+        """Make (validate and encode) the jobs up to ``stop``, if not yet."""
         stop = min(stop, self._count)
         while self._covered < stop:
             for run in self._convert(self._covered, stop):
@@ -81,7 +82,7 @@ class LazyInserts(Sequence[JobInsert]):
         stop = min(stop, self._count)
         if start >= stop:
             return []
-        self._cover(stop)
+        self.cover(stop)
         first = bisect.bisect_right(self._starts, start) - 1
         out: list[InsertRun] = []
         runs, starts = self._runs, self._starts
@@ -136,6 +137,32 @@ def made_batches(runs: Sequence[InsertRun], size: int) -> list[LazyInserts]:
             parts[-1].append(run if len(take) == len(run.args) else InsertRun(run.base, take))
             room -= len(take)
     return [_made(part) for part in parts if part]
+
+
+def lazy_batches(whole: LazyInserts, size: int,
+                 parts: Sequence[tuple[bool, frozenset[str]]]) -> list[LazyInserts]:
+    """``whole`` cut in batches of at most ``size`` jobs (``parts``: each one's
+    ``plain`` and ``queues``), made as they are read. Reading the first batch makes
+    the later ones too, in step with it, and its last chunk makes what is left: every
+    job is validated before the first batch's transaction ends (a refused job aborts
+    it, and nothing is written), yet the server inserts the first batch's rows while the
+    client makes the rest, which it did beforehand when all were made first."""
+    count = len(whole)
+
+    def view(start: int, stop: int, first: bool) -> Convert:
+        def convert(lo: int, hi: int) -> list[InsertRun]:
+            if first:  # the whole call in step with this batch, all of it by its end
+                whole.cover(count if hi >= stop - start else hi * count // (stop - start))
+            return whole.runs(start + lo, start + hi)
+        return convert
+
+    out = []
+    for k, start in enumerate(range(0, count, size)):
+        stop = min(start + size, count)
+        plain, queues = parts[k]
+        out.append(LazyInserts(stop - start, view(start, stop, k == 0), plain=plain,
+                               queues=queues))
+    return out
 
 
 def _made(runs: list[InsertRun]) -> LazyInserts:

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from .._job import Job
 from .._limits import RateLimit
 from .._storage import JobFetchAvailableParams, Storage
+from .eager import spawn
 
 log = logging.getLogger("conveyor.producer")
 
@@ -39,6 +40,7 @@ class Producer:
         labels: Mapping[str, str] | None = None,
         tasks: Sequence[str] | None = None,
         fair_probe_interval: float = FAIR_PROBE_INTERVAL,
+        claim_ahead: bool = False,
     ) -> None:
         self.queue = queue
         #: The limit this node was started with (-q / -c); settings may override it.
@@ -79,6 +81,13 @@ class Producer:
         self.fair = False
         self._fair_probed = float("-inf")
         self._fair_probe_interval = fair_probe_interval
+        #: Claim the next jobs while those just claimed start, when the limit leaves
+        #: room (the Worker's producers): the database works on the claim while the
+        #: loop runs the jobs, instead of each waiting for the other. The claim ahead,
+        #: and how many it asked for, until ``run_once`` takes its jobs.
+        self._claim_ahead = claim_ahead
+        self._ahead: asyncio.Task[tuple[list[Job], int]] | None = None
+        self._claims = 0  # claims on their way
 
     def wake(self) -> None:
         self._wake.set()
@@ -100,22 +109,22 @@ class Producer:
         loop = asyncio.get_running_loop()
         self._hold_until = max(self._hold_until, loop.time() + seconds)
 
+    def _demand(self) -> int:
+        return min(self.limit - self.running + self.room, self._fetch_limit,
+                   max(self.limit, self._fetch_limit) - self.unacked())
+
     async def run_once(self) -> int:
-        """Claim up to the free capacity and start each job; returns how many."""
-        demand = min(self.limit - self.running + self.room, self._fetch_limit,
-                     max(self.limit, self._fetch_limit) - self.unacked())
-        if self.paused or demand <= 0:
-            self.idle, self.saturated = self.running == 0, False
-            return 0
-        self.looking = True  # burst mode waits for a look under way (Worker._watch_burst)
-        try:
-            await self._probe_fair()
-            jobs = await self._storage.job_fetch_available(
-                JobFetchAvailableParams(self.queue, demand, self._owner, self._lease_ttl,
-                                        self._labels, self._tasks, self.fair)
-            )
-        finally:
-            self.looking = False
+        """Claim up to the free capacity and start each job; returns how many. A claim
+        made ahead (``claim_ahead``) is taken instead of a new one."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            jobs, demand = await ahead
+        else:
+            demand = self._demand()
+            if self.paused or demand <= 0:
+                self.idle, self.saturated = self.running == 0, False
+                return 0
+            jobs, demand = await self._claim(demand)
         if self.fair:
             if len(jobs) < demand and not any(j.fair_key for j in jobs):
                 self.fair = False  # the fair-keyed work is done: today's claim again
@@ -125,10 +134,29 @@ class Producer:
         self.idle = not jobs and self.running == 0
         self.saturated = len(jobs) == demand
         admitted = await self._admit(jobs, self) if self._admit is not None and jobs else jobs
+        self.running += len(admitted)
+        if self._claim_ahead and self.saturated and not self.paused:
+            more = self._demand()
+            if more > 0:  # room left beside the jobs about to start: claim it now
+                self._ahead = spawn(self._claim(more))
         for job in admitted:
-            self.running += 1
             self._start(job, self)
         return len(admitted)
+
+    async def _claim(self, demand: int) -> tuple[list[Job], int]:
+        """One claim of up to ``demand`` jobs, and ``demand``."""
+        self._claims += 1
+        self.looking = True  # burst mode waits for a look under way (Worker._watch_burst)
+        try:
+            await self._probe_fair()
+            jobs = await self._storage.job_fetch_available(
+                JobFetchAvailableParams(self.queue, demand, self._owner, self._lease_ttl,
+                                        self._labels, self._tasks, self.fair)
+            )
+        finally:
+            self._claims -= 1
+            self.looking = self._claims > 0
+        return jobs, demand
 
     async def _probe_fair(self) -> None:
         """A plain producer looks for fair-keyed work now and then (FAIR_PROBE_INTERVAL)."""
@@ -153,9 +181,14 @@ class Producer:
                 except Exception as exc:
                     failures += 1
                     log.warning("fetch from queue %r failed: %s", self.queue, exc)
-                if claimed and self.saturated and (self.running < self.limit or self.room):
-                    continue  # maybe more waiting: ask again at once
+                if self._ahead is not None or (
+                        claimed and self.saturated and (self.running < self.limit or self.room)):
+                    continue  # claimed ahead, or maybe more waiting: ask again at once
             await self._sleep(held if held > 0 else self._poll * min(2**failures, 16))
+        if self._ahead is not None:  # claimed before the stop: its jobs start, as claimed
+            self._claim_ahead = False
+            with contextlib.suppress(Exception):
+                await self.run_once()
 
     async def _sleep(self, timeout: float) -> None:
         """Until woken or ``timeout`` passes. ``Worker.stop`` wakes every producer after

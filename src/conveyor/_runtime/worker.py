@@ -14,11 +14,9 @@ import dataclasses
 import logging
 import os
 import socket
-import sys
 import threading
 import uuid
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 from .._config import WorkerConfig
 from .._context import JobContext, ShutdownSignal, WorkerNode
@@ -33,6 +31,7 @@ from .archiver import Archiver
 from .chunks import ChunkCall, Chunker, chunk_tasks
 from .cooldown import Cooldowns
 from .cron import CronScheduler
+from .eager import spawn
 from .execution import Execution
 from .executor import Executor
 from .expirer import Expirer
@@ -54,25 +53,6 @@ from .stager import Stager
 from .vacuumer import VacuumConfig, Vacuumer
 
 log = logging.getLogger("conveyor.worker")
-
-
-def spawn(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-    """The Task of one execution. On Python 3.12+ it starts eagerly: its first step runs
-    now, with the new Task as ``asyncio.current_task()`` and in a copy of the caller's
-    context (as ``create_task`` would run it later), so a job that completes without
-    suspending never schedules a step, and one that suspends goes on as any Task. On
-    3.11 (no eager start) it is ``create_task``'s Task, made without its two Python
-    frames when no task factory is set. A task factory set on the loop is always used."""
-    loop = asyncio.get_running_loop()
-    if loop.get_task_factory() is not None:
-        return loop.create_task(coro)
-    if _EAGER:
-        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg,unused-ignore]
-    return asyncio.Task(coro, loop=loop)
-
-
-#: Python 3.12 added ``eager_start`` to ``asyncio.Task``.
-_EAGER = sys.version_info >= (3, 12)
 
 
 class Worker(GracefulShutdown):
@@ -124,7 +104,7 @@ class Worker(GracefulShutdown):
         self.producers = {
             queue: Producer(storage, queue, limit, self.node_id, config.lease_ttl,
                             config.fetch_limit, start, self.admission.admit,
-                            config.labels, config.tasks)
+                            config.labels, config.tasks, claim_ahead=True)
             for queue, limit in config.queues.items()
         }
         for producer in self.producers.values():

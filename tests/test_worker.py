@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 from conveyor import Cancel, Conveyor, Discard, JobState, Snooze, current_job
@@ -398,6 +399,94 @@ def test_a_claim_in_flight_at_shutdown_leaves_no_job_running(app: Conveyor) -> N
         await asyncio.wait_for(task, timeout=30)
         final = await app.get_job_async(job.id)
         assert final is not None and final.state == JobState.COMPLETED and final.result == 7, final
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def _held_second_claim(producer: Any, seen: Callable[[], int] = lambda: 0
+                       ) -> tuple[list[int], asyncio.Event, asyncio.Event]:
+    """The producer's storage, whose second claim waits until ``release`` is set: the
+    limits asked for (and ``seen()`` as the second claim arrives), an Event set when
+    the second claim arrives, and ``release``."""
+    real = producer._storage
+    asked: list[int] = []
+    second, release = asyncio.Event(), asyncio.Event()
+
+    class HeldSecondClaim:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+        async def job_fetch_available(self, params: Any) -> Any:
+            asked.append(params.limit)
+            if len(asked) == 2:
+                asked.append(seen())
+                second.set()
+                await release.wait()
+            return await real.job_fetch_available(params)
+
+    producer._storage = cast(Storage, HeldSecondClaim())
+    return asked, second, release
+
+
+def test_a_claim_ahead_stays_within_the_limit(app: Conveyor) -> None:
+    """A claim that filled its demand, with room left under the limit, is followed by
+    the next claim before its jobs start (claimed ahead); claimed and running never pass
+    the limit."""
+    gate, started = asyncio.Event(), []
+
+    @app.task
+    async def held(i: int) -> int:
+        started.append(i)
+        await gate.wait()
+        return i
+
+    async def main() -> None:
+        await app.enqueue_many_async([held.job(i) for i in range(30)])
+        config = dataclasses.replace(FAST, queues={"default": 10}, fetch_limit=4)
+        worker = Worker(app.registry, await app.storage(), config)
+        producer = worker.producers["default"]
+        asked, second, release = _held_second_claim(producer, lambda: len(started))
+        task = asyncio.create_task(worker.run())
+        await asyncio.wait_for(second.wait(), timeout=10)
+        # the second claim left before the first one's jobs started: claimed ahead
+        assert asked == [4, 4, 0] and producer.running == 4
+        release.set()
+        deadline = asyncio.get_running_loop().time() + 20
+        while len(started) < 10 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        assert len(started) == 10 and asked == [4, 4, 0, 2]  # then the limit is full
+        counts = await app.count_jobs_async()
+        assert counts["running"] == 10 and counts["available"] == 20, counts
+        worker.request_stop()
+        gate.set()
+        await asyncio.wait_for(task, timeout=30)
+        await app.close_async()
+
+    asyncio.run(main())
+
+
+def test_a_claim_ahead_on_its_way_at_a_stop_runs_its_jobs(app: Conveyor) -> None:
+    """The jobs of a claim ahead still on its way when the stop comes run before the
+    worker exits; none stays "running" until a rescuer finds it."""
+
+    @app.task
+    async def quick(i: int) -> int:
+        return i
+
+    async def main() -> None:
+        await app.enqueue_many_async([quick.job(i) for i in range(30)])
+        config = dataclasses.replace(FAST, queues={"default": 10}, fetch_limit=4)
+        worker = Worker(app.registry, await app.storage(), config)
+        asked, second, release = _held_second_claim(worker.producers["default"])
+        task = asyncio.create_task(worker.run())
+        await asyncio.wait_for(second.wait(), timeout=10)
+        worker.request_stop()
+        release.set()
+        await asyncio.wait_for(task, timeout=30)
+        counts = await app.count_jobs_async()
+        assert counts.get("running", 0) == 0 and counts["completed"] == 8, (asked, counts)
+        assert asked == [4, 4, 0]  # and no claim after the stop
         await app.close_async()
 
     asyncio.run(main())

@@ -88,6 +88,7 @@ class Producer:
         self._claim_ahead = claim_ahead
         self._ahead: asyncio.Task[tuple[list[Job], int]] | None = None
         self._claims = 0  # claims on their way
+        self._stopping: asyncio.Event | None = None  # run()'s: no claim ahead once set
 
     def wake(self) -> None:
         self._wake.set()
@@ -135,13 +136,16 @@ class Producer:
         self.saturated = len(jobs) == demand
         admitted = await self._admit(jobs, self) if self._admit is not None and jobs else jobs
         self.running += len(admitted)
-        if self._claim_ahead and self.saturated and not self.paused:
+        if self._claim_ahead and self.saturated and not self.paused and not self._stopped():
             more = self._demand()
             if more > 0:  # room left beside the jobs about to start: claim it now
                 self._ahead = spawn(self._claim(more))
         for job in admitted:
             self._start(job, self)
         return len(admitted)
+
+    def _stopped(self) -> bool:
+        return self._stopping is not None and self._stopping.is_set()
 
     async def _claim(self, demand: int) -> tuple[list[Job], int]:
         """One claim of up to ``demand`` jobs, and ``demand``."""
@@ -168,6 +172,7 @@ class Producer:
             self.fair = await self._storage.job_fair_pending(self.queue)
 
     async def run(self, stopping: asyncio.Event) -> None:
+        self._stopping = stopping
         failures = 0
         loop = asyncio.get_running_loop()
         while not stopping.is_set():
@@ -186,7 +191,6 @@ class Producer:
                     continue  # claimed ahead, or maybe more waiting: ask again at once
             await self._sleep(held if held > 0 else self._poll * min(2**failures, 16))
         if self._ahead is not None:  # claimed before the stop: its jobs start, as claimed
-            self._claim_ahead = False
             with contextlib.suppress(Exception):
                 await self.run_once()
 

@@ -60,6 +60,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conveyor._storage.sqlite",
         "conveyor._storage.sqlite.batch", "conveyor._storage.sqlite.connection",
         "conveyor._storage.sqlite.fair", "conveyor._storage.sqlite.file",
+        "conveyor._storage.sqlite.retiring",
         "conveyor._storage.sqlite.storage", "conveyor._storage.sqlite.workflow",
     ),
     # what an app is made of (tasks, hooks), and the choke point every write passes
@@ -73,6 +74,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "conveyor._runtime.acker", "conveyor._runtime.admission", "conveyor._runtime.archiver",
         "conveyor._runtime.chunks",
         "conveyor._runtime.cooldown", "conveyor._runtime.cron", "conveyor._runtime.drain_result",
+        "conveyor._runtime.eager",
         "conveyor._runtime.execution", "conveyor._runtime.executor", "conveyor._runtime.handoff",
         "conveyor._runtime.hardlimit",
         "conveyor._runtime.heartbeat", "conveyor._runtime.inprocess",

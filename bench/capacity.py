@@ -177,6 +177,8 @@ def lifecycle(target: Target, jobs: int, concurrency: int) -> dict[str, Any]:
             app.close()
     cpu["prune (delete)"] = _cpu_us(sampler, jobs)
     known = [v for v in cpu.values() if v is not None]
+    # /proc counts CPU in clock ticks (10 ms): a small run may read none in every phase
+    per_core = round(1e6 / sum(known)) if len(known) == 3 and sum(known) > 0 else None
     return {
         "jobs": jobs, "concurrency": concurrency, "completed": done, "pruned": pruned,
         "wal_per_job": wal.per_job,
@@ -186,7 +188,7 @@ def lifecycle(target: Target, jobs: int, concurrency: int) -> dict[str, Any]:
                                        / jobs, 5),
         "load_sensitive": {
             "db_backend_cpu_us_per_job": cpu,
-            "jobs_per_s_per_db_core": round(1e6 / sum(known)) if len(known) == 3 else None,
+            "jobs_per_s_per_db_core": per_core,
             "worker_cpu_s": round(run.cpu_s, 3),
         },
         "connections_peak": connections,

@@ -173,6 +173,16 @@ class Producer:
 
     async def run(self, stopping: asyncio.Event) -> None:
         self._stopping = stopping
+        try:
+            await self._run(stopping)
+        finally:  # cancelled: a claim ahead goes with it, as a claim awaited here would
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None and not ahead.done():
+                ahead.cancel()
+                with contextlib.suppress(BaseException):
+                    await ahead
+
+    async def _run(self, stopping: asyncio.Event) -> None:
         failures = 0
         loop = asyncio.get_running_loop()
         while not stopping.is_set():
